@@ -1,0 +1,1 @@
+//! The zram device engine (compressors, slots, stats) on top of zsmalloc.

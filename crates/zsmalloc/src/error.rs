@@ -1,0 +1,35 @@
+//! The crate's error type.
+
+use crate::Handle;
+
+/// Everything a pool operation can refuse.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// `malloc` sizes must be 1..=4096 bytes.
+    #[error("object size {0} is out of range (1..=4096 bytes)")]
+    InvalidSize(usize),
+    /// The chain size (pages per zspage at most) must be 1..=16.
+    #[error("chain size {0} is out of range (1..=16 pages)")]
+    InvalidChainSize(usize),
+    /// The handle was freed, or never came from this pool.
+    #[error("handle {0} is stale (freed) or unknown to this pool")]
+    StaleHandle(Handle),
+    /// More bytes than the object can hold.
+    #[error("{len} bytes do not fit in an object of {capacity} bytes")]
+    TooLarge {
+        /// Bytes asked for.
+        len: usize,
+        /// Bytes the object holds.
+        capacity: usize,
+    },
+    /// A class ran out of handle slots (2^32 - 1 objects).
+    #[error("too many objects in one size class")]
+    TooManyObjects,
+    /// The OS refused memory.
+    #[error("out of memory: {0}")]
+    OutOfMemory(#[from] std::io::Error),
+}
+
+/// Result with the crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,206 @@
+//! Handles: the stable names of objects, and the per-class table that maps them to places.
+//!
+//! Bit budget of a [`Handle`] (a `u64`):
+//!
+//! ```text
+//!  63      56 55      48 47 .. 32 31 ........ 0
+//! [  magic  ][  class  ][ generation(15) ][   slot    ]
+//! ```
+//!
+//! - `magic` is [`HANDLE_MAGIC`], so zero or a small integer is never a valid handle;
+//! - `class` is the position of the object's size class in the pool's distinct classes;
+//!   objects never change class (compaction moves them within their class), so a handle
+//!   can name its class for life;
+//! - `slot` indexes the class's [`HandleTable`]; `generation` is the slot's generation when the
+//!   handle was issued: freeing bumps it, so a stale or double-freed handle is detected.
+//!
+//! A table entry (also a `u64`) is either *live*: bit 63 set, `generation` in bits 48..63, the
+//! zspage id in bits 16..48 and the object index in bits 0..16; or *free*: bit 63 clear,
+//! `generation` in bits 48..63 and the next free slot in bits 0..32.
+
+use crate::error::{Error, Result};
+
+/// Top byte of every handle.
+pub const HANDLE_MAGIC: u64 = 0xA5;
+const GEN_BITS: u32 = 15;
+const GEN_MASK: u64 = (1 << GEN_BITS) - 1;
+const NO_SLOT: u32 = u32::MAX;
+const LIVE: u64 = 1 << 63;
+
+/// The stable name of an object in a pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Handle(u64);
+
+impl Handle {
+    /// Packs the fields (the one encoder).
+    pub(crate) fn encode(class_pos: usize, generation: u64, slot: u32) -> Self {
+        debug_assert!(class_pos < 256 && generation <= GEN_MASK);
+        Self((HANDLE_MAGIC << 56) | ((class_pos as u64) << 48) | (generation << 32) | u64::from(slot))
+    }
+
+    /// Unpacks `(class position, generation, slot)` (the one decoder), or `None` when the
+    /// magic is wrong.
+    pub(crate) fn decode(self) -> Option<(usize, u64, u32)> {
+        if self.0 >> 56 != HANDLE_MAGIC {
+            return None;
+        }
+        let class_pos = ((self.0 >> 48) & 0xFF) as usize;
+        let generation = (self.0 >> 32) & 0xFFFF;
+        let slot = (self.0 & 0xFFFF_FFFF) as u32;
+        if generation > GEN_MASK {
+            return None;
+        }
+        Some((class_pos, generation, slot))
+    }
+
+    /// The raw value, e.g. to keep it in a table.
+    pub fn to_raw(self) -> u64 {
+        self.0
+    }
+
+    /// A handle from a raw value; validity is checked when it is used.
+    pub fn from_raw(raw: u64) -> Self {
+        Self(raw)
+    }
+}
+
+impl std::fmt::Display for Handle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#018x}", self.0)
+    }
+}
+
+/// Where an object lives inside its class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Location {
+    pub zspage: u32,
+    pub obj: u16,
+}
+
+/// Per-class map from handle slots to locations, with a free list of slots.
+#[derive(Debug)]
+pub(crate) struct HandleTable {
+    entries: Vec<u64>,
+    free_head: u32,
+    live: usize,
+}
+
+impl HandleTable {
+    pub fn new() -> Self {
+        Self {
+            entries: Vec::new(),
+            free_head: NO_SLOT,
+            live: 0,
+        }
+    }
+
+    fn live_entry(generation: u64, loc: Location) -> u64 {
+        LIVE | (generation << 48) | (u64::from(loc.zspage) << 16) | u64::from(loc.obj)
+    }
+
+    fn entry_gen(entry: u64) -> u64 {
+        (entry >> 48) & GEN_MASK
+    }
+
+    /// Takes a slot for a new object at `loc`; returns `(slot, generation)`.
+    pub fn alloc(&mut self, loc: Location) -> Result<(u32, u64)> {
+        let slot = if self.free_head == NO_SLOT {
+            let slot = u32::try_from(self.entries.len())
+                .ok()
+                .filter(|&s| s != NO_SLOT)
+                .ok_or(Error::TooManyObjects)?;
+            self.entries.push(0);
+            slot
+        } else {
+            let slot = self.free_head;
+            self.free_head = (self.entries[slot as usize] & 0xFFFF_FFFF) as u32;
+            slot
+        };
+        let generation = Self::entry_gen(self.entries[slot as usize]);
+        self.entries[slot as usize] = Self::live_entry(generation, loc);
+        self.live += 1;
+        Ok((slot, generation))
+    }
+
+    /// The location of a live handle's object.
+    pub fn get(&self, handle: Handle, slot: u32, generation: u64) -> Result<Location> {
+        match self.entries.get(slot as usize) {
+            Some(&e) if e & LIVE != 0 && Self::entry_gen(e) == generation => Ok(Location {
+                zspage: ((e >> 16) & 0xFFFF_FFFF) as u32,
+                obj: (e & 0xFFFF) as u16,
+            }),
+            _ => Err(Error::StaleHandle(handle)),
+        }
+    }
+
+    /// Points a live slot at a new location (compaction).
+    pub fn relocate(&mut self, slot: u32, loc: Location) {
+        let e = self.entries[slot as usize];
+        debug_assert!(e & LIVE != 0);
+        self.entries[slot as usize] = Self::live_entry(Self::entry_gen(e), loc);
+    }
+
+    /// Releases a live slot; its generation moves on so the handle goes stale.
+    pub fn free(&mut self, handle: Handle, slot: u32, generation: u64) -> Result<Location> {
+        let loc = self.get(handle, slot, generation)?;
+        let next_gen = (generation + 1) & GEN_MASK;
+        self.entries[slot as usize] = (next_gen << 48) | u64::from(self.free_head);
+        self.free_head = slot;
+        self.live -= 1;
+        Ok(loc)
+    }
+
+    /// Live handles.
+    pub fn live(&self) -> usize {
+        self.live
+    }
+
+    /// `(slot, generation, location)` of every live handle.
+    pub fn iter_live(&self) -> impl Iterator<Item = (u32, u64, Location)> + '_ {
+        self.entries.iter().enumerate().filter_map(|(i, &e)| {
+            (e & LIVE != 0).then(|| {
+                (
+                    i as u32,
+                    Self::entry_gen(e),
+                    Location {
+                        zspage: ((e >> 16) & 0xFFFF_FFFF) as u32,
+                        obj: (e & 0xFFFF) as u16,
+                    },
+                )
+            })
+        })
+    }
+
+    /// Bytes of memory the table holds.
+    pub fn metadata_bytes(&self) -> usize {
+        self.entries.capacity() * std::mem::size_of::<u64>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encode_decode_roundtrip() {
+        let h = Handle::encode(200, GEN_MASK, u32::MAX - 1);
+        assert_eq!(h.decode(), Some((200, GEN_MASK, u32::MAX - 1)));
+        assert_eq!(Handle::from_raw(0).decode(), None);
+        assert_eq!(Handle::from_raw(12345).decode(), None);
+    }
+
+    #[test]
+    fn freed_slots_go_stale_and_are_reused_with_new_generation() {
+        let mut t = HandleTable::new();
+        let loc = Location { zspage: 3, obj: 9 };
+        let (slot, generation) = t.alloc(loc).unwrap();
+        let h = Handle::encode(0, generation, slot);
+        assert_eq!(t.get(h, slot, generation).unwrap(), loc);
+        t.free(h, slot, generation).unwrap();
+        assert!(matches!(t.free(h, slot, generation), Err(Error::StaleHandle(_))));
+        let (slot2, generation2) = t.alloc(loc).unwrap();
+        assert_eq!(slot2, slot);
+        assert_ne!(generation2, generation);
+        assert!(t.get(h, slot, generation).is_err());
+    }
+}

@@ -1,0 +1,40 @@
+//! A userspace zsmalloc: the kernel's allocator for compressed objects.
+//!
+//! Objects of 1..=4096 bytes are packed into *zspages* (runs of up to `chain_size` pages)
+//! by *size class*; the classes, their zspage geometry, their merging and the huge-class
+//! watermark are exactly the kernel's for any chain size ([`class`]). Objects are named by
+//! stable [`Handle`]s that survive compaction. Every class has its own lock; the lock order
+//! is documented in [`pool`]. Zspages are carved from large anonymous mappings and an
+//! emptied zspage's pages go back to the OS at once ([`sys`]), so the process's resident
+//! memory follows [`Pool::total_pages`].
+//!
+//! ```
+//! let pool = zsmalloc::Pool::new(8).unwrap();
+//! let h = pool.malloc(100).unwrap();
+//! pool.write(h, b"hello").unwrap();
+//! let mut buf = [0u8; 5];
+//! pool.read(h, &mut buf).unwrap();
+//! assert_eq!(&buf, b"hello");
+//! pool.free(h).unwrap();
+//! ```
+
+pub mod backend;
+pub mod class;
+mod error;
+mod handle;
+pub mod pool;
+pub mod stats;
+mod sync;
+#[expect(unsafe_code, reason = "the one module that maps and releases memory")]
+pub mod sys;
+mod zspage;
+
+pub use backend::Backend;
+pub use class::{ClassGeometry, ClassTable};
+pub use error::{Error, Result};
+pub use handle::Handle;
+pub use pool::{Pool, PoolConfig};
+pub use stats::{ClassStats, PoolStats, format_class_table};
+
+/// Bytes in one page.
+pub const PAGE_SIZE: usize = 4096;

@@ -1,0 +1,237 @@
+//! The only module of this crate with `unsafe` code: anonymous memory from the OS.
+//!
+//! # Safety
+//!
+//! Contract upheld here, relied on by the rest of the crate (which is `unsafe`-free):
+//! - An [`Arena`] is one private anonymous `mmap` reservation (`MAP_NORESERVE`), unmapped
+//!   only when the arena is dropped. Arenas are owned by [`PageSource`] and live at least as
+//!   long as every [`PageRun`] carved from them (each run holds an `Arc` of its source).
+//! - A [`PageRun`] is the *unique* owner of `pages` consecutive pages of one arena: the page
+//!   source hands out each page range to at most one live run. Therefore `&PageRun` may
+//!   lend `&[u8]` and `&mut PageRun` may lend `&mut [u8]` over exactly that range: Rust's
+//!   aliasing rules on the run carry over to the memory.
+//! - When a run is dropped, its pages are given back to the OS (`MADV_DONTNEED`, so they
+//!   read as zeroes afterwards) before the range is recorded as free for reuse.
+
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use crate::sync::Mutex;
+
+use crate::PAGE_SIZE;
+
+/// Pages in one arena reservation (256 MiB of address space).
+const ARENA_PAGES: usize = 1 << 16;
+
+/// One anonymous mapping that runs are carved from.
+#[derive(Debug)]
+struct Arena {
+    base: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the arena is plain anonymous memory; access to its bytes is governed by PageRun
+// ownership, not by the arena itself.
+unsafe impl Send for Arena {}
+// SAFETY: as above; `Arena` exposes no access to its bytes.
+unsafe impl Sync for Arena {}
+
+impl Arena {
+    fn map(len: usize) -> std::io::Result<Self> {
+        // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let base = NonNull::new(ptr.cast::<u8>()).ok_or_else(std::io::Error::last_os_error)?;
+        Ok(Self { base, len })
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        // SAFETY: `base..base+len` is exactly the mapping made in `map`; no run outlives
+        // the page source that owns this arena.
+        unsafe {
+            libc::munmap(self.base.as_ptr().cast(), self.len);
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct SourceInner {
+    arenas: Vec<Arena>,
+    /// Pages already carved from the last arena.
+    bump: usize,
+    /// Freed runs by length in pages (index = pages), as addresses.
+    free: Vec<Vec<usize>>,
+    /// Pages currently held by live runs.
+    pages_live: usize,
+}
+
+/// Hands out runs of consecutive pages from large anonymous arenas and takes them back,
+/// returning their memory to the OS at once.
+#[derive(Debug)]
+pub struct PageSource {
+    inner: Mutex<SourceInner>,
+    populate: bool,
+}
+
+impl PageSource {
+    /// A page source. With `populate`, every new run is faulted in at once (one
+    /// `MADV_POPULATE_WRITE`), so the process holds exactly the pages the runs hold.
+    pub fn new(populate: bool) -> Arc<Self> {
+        Arc::new(Self {
+            inner: Mutex::new(SourceInner::default()),
+            populate,
+        })
+    }
+
+    /// A run of `pages` consecutive zeroed pages (1..=16).
+    pub fn alloc(self: &Arc<Self>, pages: usize) -> std::io::Result<PageRun> {
+        debug_assert!((1..=crate::class::MAX_CHAIN_SIZE).contains(&pages));
+        let addr = {
+            let mut inner = self.inner.lock();
+            if inner.free.len() <= pages {
+                inner.free.resize_with(pages + 1, Vec::new);
+            }
+            let addr = match inner.free[pages].pop() {
+                Some(addr) => addr,
+                None => {
+                    if inner.arenas.is_empty() || inner.bump + pages > ARENA_PAGES {
+                        let arena = Arena::map(ARENA_PAGES * PAGE_SIZE)?;
+                        inner.arenas.push(arena);
+                        inner.bump = 0;
+                    }
+                    let base = inner.arenas.last().map_or(0, |a| a.base.as_ptr() as usize);
+                    let addr = base + inner.bump * PAGE_SIZE;
+                    inner.bump += pages;
+                    addr
+                }
+            };
+            inner.pages_live += pages;
+            addr
+        };
+        let ptr = NonNull::new(addr as *mut u8).ok_or_else(std::io::Error::last_os_error)?;
+        if self.populate {
+            populate(ptr, pages * PAGE_SIZE);
+        }
+        Ok(PageRun {
+            ptr,
+            pages,
+            source: Arc::clone(self),
+        })
+    }
+
+    /// Pages held by live runs right now.
+    pub fn pages_live(&self) -> usize {
+        self.inner.lock().pages_live
+    }
+
+    /// Address space reserved in arenas, in bytes (not memory: untouched or released pages
+    /// cost nothing).
+    pub fn reserved_bytes(&self) -> usize {
+        self.inner.lock().arenas.iter().map(|a| a.len).sum()
+    }
+
+    fn release(&self, ptr: NonNull<u8>, pages: usize) {
+        // SAFETY: the range belongs to a run being dropped: nobody can reach it any more,
+        // and it lies inside an arena that is still mapped (we hold the source).
+        unsafe {
+            libc::madvise(ptr.as_ptr().cast(), pages * PAGE_SIZE, libc::MADV_DONTNEED);
+        }
+        let mut inner = self.inner.lock();
+        inner.free[pages].push(ptr.as_ptr() as usize);
+        inner.pages_live -= pages;
+    }
+}
+
+/// Faults a range in for writing, so its pages are resident right away.
+fn populate(ptr: NonNull<u8>, len: usize) {
+    // SAFETY: `ptr..ptr+len` is a run just handed out, owned by the caller, inside a live
+    // arena; populating does not change its contents (fresh or DONTNEED'd pages are zero).
+    let rc = unsafe { libc::madvise(ptr.as_ptr().cast(), len, libc::MADV_POPULATE_WRITE) };
+    if rc != 0 {
+        // Kernels before 5.14: touch one byte per page instead.
+        for off in (0..len).step_by(PAGE_SIZE) {
+            // SAFETY: inside the run, which the caller owns exclusively; writing the zero
+            // that is already there.
+            unsafe { ptr.as_ptr().add(off).write_volatile(0) };
+        }
+    }
+}
+
+/// Exclusive ownership of `pages` consecutive pages; dropping it gives them back to the OS.
+#[derive(Debug)]
+pub struct PageRun {
+    ptr: NonNull<u8>,
+    pages: usize,
+    source: Arc<PageSource>,
+}
+
+// SAFETY: a PageRun uniquely owns its memory, like a Box<[u8]>.
+unsafe impl Send for PageRun {}
+// SAFETY: shared access only lends `&[u8]`, like `&Box<[u8]>`.
+unsafe impl Sync for PageRun {}
+
+impl PageRun {
+    /// Number of pages in the run.
+    pub fn pages(&self) -> usize {
+        self.pages
+    }
+
+    /// The run's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: the run uniquely owns this mapped range (module contract); the borrow
+        // of `self` keeps it alive and excludes `&mut` access for the slice's lifetime.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.pages * PAGE_SIZE) }
+    }
+
+    /// The run's bytes, mutably.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`, and `&mut self` makes this the only access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.pages * PAGE_SIZE) }
+    }
+}
+
+impl Drop for PageRun {
+    fn drop(&mut self) {
+        self.source.release(self.ptr, self.pages);
+    }
+}
+
+/// Resident memory of this process in bytes, from `/proc/self/statm`.
+pub fn process_rss_bytes() -> Option<usize> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let resident: usize = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(resident * PAGE_SIZE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_are_zeroed_reused_and_released() {
+        let src = PageSource::new(true);
+        let mut run = src.alloc(3).unwrap();
+        assert!(run.bytes().iter().all(|&b| b == 0));
+        run.bytes_mut()[5000] = 7;
+        let addr = run.bytes().as_ptr() as usize;
+        assert_eq!(src.pages_live(), 3);
+        drop(run);
+        assert_eq!(src.pages_live(), 0);
+        let again = src.alloc(3).unwrap();
+        assert_eq!(again.bytes().as_ptr() as usize, addr, "freed runs are reused");
+        assert_eq!(again.bytes()[5000], 0, "released pages read back as zero");
+    }
+}

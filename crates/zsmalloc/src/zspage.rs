@@ -1,0 +1,152 @@
+//! One zspage: a run of `pages_per_zspage` consecutive pages cut into `objs_per_zspage`
+//! objects of one class size.
+//!
+//! Representation. The memory is a [`PageRun`] behind a per-zspage `RwLock` (the kernel's
+//! zspage migrate lock): readers of an object hold it shared, anything that writes object
+//! memory (malloc's header, `write`, free's link, compaction) holds it exclusively. The
+//! bookkeeping ([`ZsPageMeta`]) lives in the class and is guarded by the class lock.
+//!
+//! Object layout (non-huge classes): the first 8 bytes of an allocated object hold its
+//! handle (little endian, top byte [`HANDLE_MAGIC`]), the caller's bytes follow; a free
+//! object's first 8 bytes hold the index of the next free object (top byte zero). Objects
+//! at or past `fresh` have never been used and are not linked. Huge classes (one object
+//! per one-page zspage) keep no header: the handle slot is kept in the meta instead.
+//!
+//! Invariant: `inuse + free_list_len + (objs_per_zspage - fresh) == objs_per_zspage`.
+
+use std::sync::Arc;
+
+use crate::handle::HANDLE_MAGIC;
+use crate::sync::RwLock;
+use crate::sys::PageRun;
+
+/// No next free object.
+pub(crate) const NO_OBJ: u16 = u16::MAX;
+
+/// Fullness groups, as the current kernel: 0 = empty, 1..=10 = in-use ratio buckets
+/// (`ratio / 10 + 1`, so <10%, <20% … <100%), 11 = full.
+pub(crate) const GROUP_EMPTY: u8 = 0;
+pub(crate) const GROUP_FULL: u8 = 11;
+pub(crate) const NR_GROUPS: usize = 12;
+
+/// The shared part of a zspage: its memory, behind the zspage lock.
+#[derive(Debug)]
+pub(crate) struct ZsPage {
+    pub mem: RwLock<PageRun>,
+}
+
+/// The class-locked bookkeeping of one zspage.
+#[derive(Debug)]
+pub(crate) struct ZsPageMeta {
+    pub page: Arc<ZsPage>,
+    /// Objects in use.
+    pub inuse: u16,
+    /// First free (linked) object, or [`NO_OBJ`].
+    pub free_head: u16,
+    /// Objects `fresh..objs_per_zspage` were never used.
+    pub fresh: u16,
+    /// Current fullness group.
+    pub group: u8,
+    /// Position in its group's list.
+    pub list_pos: u32,
+    /// Huge classes: the handle slot of the one object.
+    pub huge_slot: u32,
+}
+
+/// The fullness group for `inuse` of `objs` objects.
+pub(crate) fn fullness_group(inuse: usize, objs: usize) -> u8 {
+    if inuse == 0 {
+        GROUP_EMPTY
+    } else if inuse == objs {
+        GROUP_FULL
+    } else {
+        // Integer division would put 1 of 127 in ratio 0: bucket it as <10% instead.
+        (100 * inuse / objs / 10 + 1) as u8
+    }
+}
+
+/// Reads the 8-byte header of object `obj` of `size` bytes.
+pub(crate) fn header(mem: &[u8], size: usize, obj: usize) -> u64 {
+    let off = obj * size;
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&mem[off..off + 8]);
+    u64::from_le_bytes(word)
+}
+
+/// Writes the 8-byte header of object `obj` of `size` bytes.
+pub(crate) fn set_header(mem: &mut [u8], size: usize, obj: usize, value: u64) {
+    let off = obj * size;
+    mem[off..off + 8].copy_from_slice(&value.to_le_bytes());
+}
+
+/// Does this header word belong to an allocated object?
+pub(crate) fn is_allocated(word: u64) -> bool {
+    word >> 56 == HANDLE_MAGIC
+}
+
+impl ZsPageMeta {
+    pub fn new(run: PageRun) -> Self {
+        Self {
+            page: Arc::new(ZsPage {
+                mem: RwLock::new(run),
+            }),
+            inuse: 0,
+            free_head: NO_OBJ,
+            fresh: 0,
+            group: GROUP_EMPTY,
+            list_pos: 0,
+            huge_slot: 0,
+        }
+    }
+
+    /// Takes a free object index (the caller has the zspage memory locked for writing and
+    /// knows the zspage is not full).
+    pub fn take_free(&mut self, mem: &[u8], size: usize, huge: bool) -> u16 {
+        let obj = if self.free_head != NO_OBJ {
+            let obj = self.free_head;
+            self.free_head = if huge {
+                NO_OBJ
+            } else {
+                (header(mem, size, obj as usize) & 0xFFFF) as u16
+            };
+            obj
+        } else {
+            let obj = self.fresh;
+            self.fresh += 1;
+            obj
+        };
+        self.inuse += 1;
+        obj
+    }
+
+    /// Links object `obj` into the free list.
+    pub fn put_free(&mut self, mem: &mut [u8], size: usize, huge: bool, obj: u16) {
+        if !huge {
+            set_header(mem, size, obj as usize, u64::from(self.free_head));
+        }
+        self.free_head = obj;
+        self.inuse -= 1;
+    }
+
+    /// Length of the free list (walks it; for invariant checks).
+    pub fn free_list_len(&self, mem: &[u8], size: usize, huge: bool, objs: usize) -> Option<usize> {
+        let mut n = 0;
+        let mut cur = self.free_head;
+        while cur != NO_OBJ {
+            n += 1;
+            if n > objs || cur as usize >= objs {
+                return None;
+            }
+            cur = if huge {
+                NO_OBJ
+            } else {
+                let word = header(mem, size, cur as usize);
+                if is_allocated(word) {
+                    return None;
+                }
+                (word & 0xFFFF) as u16
+            };
+        }
+        Some(n)
+    }
+}
