@@ -3,16 +3,17 @@
 //! Bit budget of a [`Handle`] (a `u64`):
 //!
 //! ```text
-//!  63      56 55      48 47 .. 32 31 ........ 0
-//! [  magic  ][  class  ][ generation(15) ][   slot    ]
+//!  63   59 58       47 46        32 31         0
+//! [ magic ][   unit   ][ generation ][   slot    ]
+//!   5 bits   12 bits      15 bits       32 bits
 //! ```
 //!
 //! - `magic` is [`HANDLE_MAGIC`], so zero or a small integer is never a valid handle;
-//! - `class` is the position of the object's size class in the pool's distinct classes;
-//!   objects never change class (compaction moves them within their class), so a handle
-//!   can name its class for life;
-//! - `slot` indexes the class's [`HandleTable`]; `generation` is the slot's generation when the
-//!   handle was issued: freeing bumps it, so a stale or double-freed handle is detected.
+//! - `unit` is the position of the object's class shard (size class × shard) in the pool;
+//!   objects never leave it (compaction moves them within it), so a handle names it for
+//!   life;
+//! - `slot` indexes the unit's [`HandleTable`]; `generation` is the slot's generation when
+//!   the handle was issued: freeing bumps it, so a stale or double-freed handle is detected.
 //!
 //! A table entry (also a `u64`) is either *live*: bit 63 set, `generation` in bits 48..63, the
 //! zspage id in bits 16..48 and the object index in bits 0..16; or *free*: bit 63 clear,
@@ -20,8 +21,13 @@
 
 use crate::error::{Error, Result};
 
-/// Top byte of every handle.
-pub const HANDLE_MAGIC: u64 = 0xA5;
+/// Top 5 bits of every handle.
+pub const HANDLE_MAGIC: u64 = 0b10101;
+const MAGIC_SHIFT: u32 = 59;
+const UNIT_SHIFT: u32 = 47;
+const UNIT_MASK: u64 = (1 << 12) - 1;
+/// Most class shards a pool can have (`unit` has 12 bits).
+pub const MAX_UNITS: usize = 1 << 12;
 const GEN_BITS: u32 = 15;
 const GEN_MASK: u64 = (1 << GEN_BITS) - 1;
 const NO_SLOT: u32 = u32::MAX;
@@ -33,24 +39,26 @@ pub struct Handle(u64);
 
 impl Handle {
     /// Packs the fields (the one encoder).
-    pub(crate) fn encode(class_pos: usize, generation: u64, slot: u32) -> Self {
-        debug_assert!(class_pos < 256 && generation <= GEN_MASK);
-        Self((HANDLE_MAGIC << 56) | ((class_pos as u64) << 48) | (generation << 32) | u64::from(slot))
+    pub(crate) fn encode(unit: usize, generation: u64, slot: u32) -> Self {
+        debug_assert!(unit < MAX_UNITS && generation <= GEN_MASK);
+        Self(
+            (HANDLE_MAGIC << MAGIC_SHIFT)
+                | ((unit as u64) << UNIT_SHIFT)
+                | (generation << 32)
+                | u64::from(slot),
+        )
     }
 
-    /// Unpacks `(class position, generation, slot)` (the one decoder), or `None` when the
-    /// magic is wrong.
+    /// Unpacks `(unit, generation, slot)` (the one decoder), or `None` when the magic is
+    /// wrong.
     pub(crate) fn decode(self) -> Option<(usize, u64, u32)> {
-        if self.0 >> 56 != HANDLE_MAGIC {
+        if !is_handle_word(self.0) {
             return None;
         }
-        let class_pos = ((self.0 >> 48) & 0xFF) as usize;
-        let generation = (self.0 >> 32) & 0xFFFF;
+        let unit = ((self.0 >> UNIT_SHIFT) & UNIT_MASK) as usize;
+        let generation = (self.0 >> 32) & GEN_MASK;
         let slot = (self.0 & 0xFFFF_FFFF) as u32;
-        if generation > GEN_MASK {
-            return None;
-        }
-        Some((class_pos, generation, slot))
+        Some((unit, generation, slot))
     }
 
     /// The raw value, e.g. to keep it in a table.
@@ -68,6 +76,11 @@ impl std::fmt::Display for Handle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{:#018x}", self.0)
     }
+}
+
+/// Does this word carry the handle magic (an allocated object's header does)?
+pub(crate) fn is_handle_word(word: u64) -> bool {
+    word >> MAGIC_SHIFT == HANDLE_MAGIC
 }
 
 /// Where an object lives inside its class.
@@ -157,8 +170,11 @@ impl HandleTable {
 
     /// `(slot, generation, location)` of every live handle.
     pub fn iter_live(&self) -> impl Iterator<Item = (u32, u64, Location)> + '_ {
-        self.entries.iter().enumerate().filter_map(|(i, &e)| {
-            (e & LIVE != 0).then(|| {
+        self.entries
+            .iter()
+            .enumerate()
+            .filter(|&(_, &e)| e & LIVE != 0)
+            .map(|(i, &e)| {
                 (
                     i as u32,
                     Self::entry_gen(e),
@@ -168,7 +184,6 @@ impl HandleTable {
                     },
                 )
             })
-        })
     }
 
     /// Bytes of memory the table holds.
@@ -183,8 +198,8 @@ mod tests {
 
     #[test]
     fn encode_decode_roundtrip() {
-        let h = Handle::encode(200, GEN_MASK, u32::MAX - 1);
-        assert_eq!(h.decode(), Some((200, GEN_MASK, u32::MAX - 1)));
+        let h = Handle::encode(MAX_UNITS - 1, GEN_MASK, u32::MAX - 1);
+        assert_eq!(h.decode(), Some((MAX_UNITS - 1, GEN_MASK, u32::MAX - 1)));
         assert_eq!(Handle::from_raw(0).decode(), None);
         assert_eq!(Handle::from_raw(12345).decode(), None);
     }
@@ -197,7 +212,10 @@ mod tests {
         let h = Handle::encode(0, generation, slot);
         assert_eq!(t.get(h, slot, generation).unwrap(), loc);
         t.free(h, slot, generation).unwrap();
-        assert!(matches!(t.free(h, slot, generation), Err(Error::StaleHandle(_))));
+        assert!(matches!(
+            t.free(h, slot, generation),
+            Err(Error::StaleHandle(_))
+        ));
         let (slot2, generation2) = t.alloc(loc).unwrap();
         assert_eq!(slot2, slot);
         assert_ne!(generation2, generation);

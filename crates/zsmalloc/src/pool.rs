@@ -2,32 +2,43 @@
 //!
 //! Lock order (never taken the other way round):
 //!
-//! 1. a class lock (`SizeClass::inner`) — protects the class's zspage metas, fullness lists
-//!    and handle table. At most one class lock is held at a time.
-//! 2. zspage locks (`ZsPage::mem`) — protect object memory. Readers and writers of object
-//!    bytes acquire a zspage lock *while holding* the class lock, then release the class
-//!    lock and do the copy under the zspage lock alone. Only compaction holds two zspage
-//!    locks (source and destination, both exclusive) and it does so under the class lock,
-//!    so no one can wait for a class lock while holding a zspage lock.
-//! 3. the page source lock (`sys::PageSource`) — a leaf, never held while taking another.
+//! 1. a class lock (`SizeClass::inner`) — protects everything of one class shard: its
+//!    zspages (their memory and bookkeeping), fullness lists and handle table. At most one
+//!    class lock is held at a time. Object copies (at most 4 KiB) happen under it;
+//!    compaction takes it per source zspage and lets go in between.
 //!
-//! A caller of [`Pool::with_object`] holds a zspage lock while its closure runs: the
-//! closure must not call back into the pool, or it may deadlock on that lock.
+//! Beyond the kernel, each size class is split into `shards` (one per CPU by default, up
+//! to 16), each with its own lock, zspages and handles; `malloc` uses the shard of the CPU
+//! it runs on and an object stays in its shard for life (its handle names it). Threads on
+//! different CPUs thus rarely share a lock, a cache line or a zspage, which is what lets
+//! the pool scale; the cost is at most one partly used zspage per class per extra shard.
+//! 2. the page source lock (`sys::PageSource`) — a leaf, never held while taking another.
+//!    Zspage pages are obtained and given back without the class lock held.
+//!
+//! The kernel also has a per-zspage lock so that a mapped object can be read without the
+//! class lock; here an object is only borrowed for the span of a closure
+//! ([`Pool::with_object`]), under the class lock, which that closure therefore must not
+//! re-enter (it would deadlock). Callers who decompress should copy out with
+//! [`Pool::read`] when other threads use the same class heavily.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+
+use crate::sys::PageRun;
 
 use crossbeam_utils::CachePadded;
 
 use crate::class::{ClassGeometry, ClassTable, MAX_ALLOC_SIZE, MAX_CHAIN_SIZE, MIN_CHAIN_SIZE};
 use crate::error::{Error, Result};
 use crate::handle::{Handle, HandleTable, Location};
+
+/// Most shards per size class.
+const MAX_SHARDS: usize = 16;
 use crate::stats::{ClassStats, PoolStats};
 use crate::sync::{AtomicU64, AtomicUsize, Mutex};
 use crate::sys::PageSource;
 use crate::zspage::{
-    GROUP_EMPTY, GROUP_FULL, NR_GROUPS, ZsPage, ZsPageMeta, fullness_group, header,
-    is_allocated, set_header,
+    GROUP_EMPTY, GROUP_FULL, NR_GROUPS, ZsPage, fullness_group, header, is_allocated, set_header,
 };
 
 /// How a pool is built.
@@ -37,6 +48,11 @@ pub struct PoolConfig {
     pub chain_size: usize,
     /// Fault every new zspage in at once so that process RSS equals the pages held.
     pub populate: bool,
+    /// Pages of freed zspages kept resident for immediate reuse (like the kernel's per-cpu
+    /// page lists); the rest go back to the OS at once.
+    pub page_cache_pages: usize,
+    /// Shards per size class (each with its own lock); 0 = one per CPU, at most 16.
+    pub shards: usize,
 }
 
 impl Default for PoolConfig {
@@ -44,6 +60,8 @@ impl Default for PoolConfig {
         Self {
             chain_size: crate::class::DEFAULT_CHAIN_SIZE,
             populate: true,
+            page_cache_pages: 1024,
+            shards: 0,
         }
     }
 }
@@ -52,12 +70,15 @@ impl Default for PoolConfig {
 #[derive(Debug)]
 pub struct Pool {
     table: ClassTable,
+    /// `shards` consecutive entries per distinct class, in ascending class order.
     classes: Vec<CachePadded<SizeClass>>,
+    shards: usize,
     source: Arc<PageSource>,
     pages_allocated: CachePadded<AtomicUsize>,
     pages_compacted: AtomicU64,
 }
 
+/// One shard of one size class.
 #[derive(Debug)]
 struct SizeClass {
     geom: ClassGeometry,
@@ -66,8 +87,8 @@ struct SizeClass {
 
 #[derive(Debug)]
 struct ClassInner {
-    /// Zspage metas by id; `None` marks a free id.
-    zspages: Vec<Option<ZsPageMeta>>,
+    /// Zspages by id; `None` marks a free id.
+    zspages: Vec<Option<ZsPage>>,
     free_ids: Vec<u32>,
     /// Fullness lists of zspage ids (the newest at the end).
     groups: [Vec<u32>; NR_GROUPS],
@@ -86,13 +107,13 @@ impl ClassInner {
         }
     }
 
-    fn meta(&self, id: u32) -> &ZsPageMeta {
+    fn meta(&self, id: u32) -> &ZsPage {
         self.zspages[id as usize]
             .as_ref()
             .unwrap_or_else(|| unreachable!("live location names a free zspage id {id}"))
     }
 
-    fn meta_mut(&mut self, id: u32) -> &mut ZsPageMeta {
+    fn meta_mut(&mut self, id: u32) -> &mut ZsPage {
         self.zspages[id as usize]
             .as_mut()
             .unwrap_or_else(|| unreachable!("live location names a free zspage id {id}"))
@@ -129,7 +150,7 @@ impl ClassInner {
         }
     }
 
-    fn add_zspage(&mut self, meta: ZsPageMeta) -> u32 {
+    fn add_zspage(&mut self, meta: ZsPage) -> u32 {
         self.zspage_count += 1;
         let id = match self.free_ids.pop() {
             Some(id) => {
@@ -145,13 +166,13 @@ impl ClassInner {
         id
     }
 
-    /// Unlinks an empty zspage; the caller drops the returned page (after unlocking).
-    fn remove_zspage(&mut self, id: u32) -> Arc<ZsPage> {
+    /// Unlinks an empty zspage; the caller drops the returned pages (after unlocking).
+    fn remove_zspage(&mut self, id: u32) -> PageRun {
         self.list_remove(id);
         self.zspage_count -= 1;
         self.free_ids.push(id);
         match self.zspages[id as usize].take() {
-            Some(meta) => meta.page,
+            Some(meta) => meta.run,
             None => unreachable!("removing free zspage id {id}"),
         }
     }
@@ -196,10 +217,16 @@ impl Pool {
             return Err(Error::InvalidChainSize(config.chain_size));
         }
         let table = ClassTable::new(config.chain_size);
+        let shards = match config.shards {
+            0 => std::thread::available_parallelism().map_or(1, usize::from),
+            n => n,
+        }
+        .clamp(1, MAX_SHARDS);
         let classes = table
             .classes()
             .iter()
-            .map(|&geom| {
+            .flat_map(|&geom| std::iter::repeat_n(geom, shards))
+            .map(|geom| {
                 CachePadded::new(SizeClass {
                     geom,
                     inner: Mutex::new(ClassInner::new()),
@@ -209,7 +236,8 @@ impl Pool {
         Ok(Self {
             table,
             classes,
-            source: PageSource::new(config.populate),
+            shards,
+            source: PageSource::new(config.populate, config.page_cache_pages),
             pages_allocated: CachePadded::new(AtomicUsize::new(0)),
             pages_compacted: AtomicU64::new(0),
         })
@@ -247,7 +275,8 @@ impl Pool {
     /// contents are unspecified until written.
     pub fn malloc(&self, size: usize) -> Result<Handle> {
         check_size(size)?;
-        let pos = self.table.position_for(size);
+        let shard = crate::sys::current_cpu() % self.shards;
+        let pos = self.table.position_for(size) * self.shards + shard;
         let class = &self.classes[pos];
         let geom = class.geom;
         let huge = geom.is_huge();
@@ -261,28 +290,30 @@ impl Pool {
                 self.pages_allocated
                     .fetch_add(geom.pages_per_zspage, Ordering::Relaxed);
                 inner = class.inner.lock();
-                inner.add_zspage(ZsPageMeta::new(run))
+                inner.add_zspage(ZsPage::new(run))
             }
         };
-        let page = Arc::clone(&inner.meta(id).page);
-        let mut mem = page.mem.write();
-        let meta = inner.meta_mut(id);
-        let obj = meta.take_free(mem.bytes(), geom.size, huge);
+        let obj = inner.meta_mut(id).take_free(geom.size, huge);
         let loc = Location { zspage: id, obj };
         let (slot, generation) = match inner.handles.alloc(loc) {
             Ok(sg) => sg,
             Err(e) => {
-                inner.meta_mut(id).put_free(mem.bytes_mut(), geom.size, huge, obj);
+                inner.meta_mut(id).put_free(geom.size, huge, obj);
                 return Err(e);
             }
         };
         let handle = Handle::encode(pos, generation, slot);
+        let meta = inner.meta_mut(id);
         if huge {
-            inner.meta_mut(id).huge_slot = slot;
+            meta.huge_slot = slot;
         } else {
-            set_header(mem.bytes_mut(), geom.size, obj as usize, handle.to_raw());
+            set_header(
+                meta.run.bytes_mut(),
+                geom.size,
+                obj as usize,
+                handle.to_raw(),
+            );
         }
-        drop(mem);
         inner.fix_group(id, geom.objs_per_zspage);
         Ok(handle)
     }
@@ -297,25 +328,23 @@ impl Pool {
                 capacity: geom.capacity(),
             });
         }
-        let page;
-        let mut mem;
-        let off;
-        {
-            let inner = class.inner.lock();
-            let loc = inner.handles.get(handle, slot, generation)?;
-            page = Arc::clone(&inner.meta(loc.zspage).page);
-            mem = page.mem.write();
-            off = data_offset(&geom, loc.obj);
-        }
-        mem.bytes_mut()[off..off + data.len()].copy_from_slice(data);
+        let mut inner = class.inner.lock();
+        let loc = inner.handles.get(handle, slot, generation)?;
+        let off = data_offset(&geom, loc.obj);
+        inner.meta_mut(loc.zspage).run.bytes_mut()[off..off + data.len()].copy_from_slice(data);
         Ok(())
     }
 
     /// Lends the object's first `len` bytes to `f` (`zs_obj_read_begin`/`_end`). Zspages are
     /// virtually contiguous here, so every object is borrowed in place, never copied.
     ///
-    /// `f` runs under the zspage lock: it must not call back into the pool.
-    pub fn with_object<R>(&self, handle: Handle, len: usize, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+    /// `f` runs under the class lock: it must not call back into the pool.
+    pub fn with_object<R>(
+        &self,
+        handle: Handle,
+        len: usize,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R> {
         let (class, _, generation, slot) = self.class_of(handle)?;
         let geom = class.geom;
         if len > geom.capacity() {
@@ -324,17 +353,10 @@ impl Pool {
                 capacity: geom.capacity(),
             });
         }
-        let page;
-        let mem;
-        let off;
-        {
-            let inner = class.inner.lock();
-            let loc = inner.handles.get(handle, slot, generation)?;
-            page = Arc::clone(&inner.meta(loc.zspage).page);
-            mem = page.mem.read();
-            off = data_offset(&geom, loc.obj);
-        }
-        Ok(f(&mem.bytes()[off..off + len]))
+        let inner = class.inner.lock();
+        let loc = inner.handles.get(handle, slot, generation)?;
+        let off = data_offset(&geom, loc.obj);
+        Ok(f(&inner.meta(loc.zspage).run.bytes()[off..off + len]))
     }
 
     /// Copies the object's first `buf.len()` bytes into `buf`.
@@ -361,18 +383,15 @@ impl Pool {
                 meta.inuse = 0;
                 Some(inner.remove_zspage(loc.zspage))
             } else {
-                let page = Arc::clone(&meta.page);
-                let mut mem = page.mem.write();
-                meta.put_free(mem.bytes_mut(), geom.size, geom.is_huge(), loc.obj);
-                drop(mem);
+                meta.put_free(geom.size, geom.is_huge(), loc.obj);
                 inner.fix_group(loc.zspage, geom.objs_per_zspage);
                 None
             }
         };
-        if let Some(page) = released {
+        if let Some(run) = released {
             self.pages_allocated
                 .fetch_sub(geom.pages_per_zspage, Ordering::Relaxed);
-            drop(page);
+            drop(run);
         }
         Ok(())
     }
@@ -420,10 +439,10 @@ impl Pool {
                     None
                 }
             };
-            if let Some(page) = released {
+            if let Some(run) = released {
                 self.pages_allocated
                     .fetch_sub(geom.pages_per_zspage, Ordering::Relaxed);
-                drop(page);
+                drop(run);
                 freed += geom.pages_per_zspage;
             }
         }
@@ -451,8 +470,7 @@ impl Pool {
             .iter()
             .map(|c| {
                 let inner = c.inner.lock();
-                inner.zspages.capacity() * std::mem::size_of::<Option<ZsPageMeta>>()
-                    + inner.zspage_count * (std::mem::size_of::<ZsPage>() + 16)
+                inner.zspages.capacity() * std::mem::size_of::<Option<ZsPage>>()
                     + inner.free_ids.capacity() * 4
                     + inner.groups.iter().map(|g| g.capacity() * 4).sum::<usize>()
                     + inner.handles.metadata_bytes()
@@ -470,40 +488,43 @@ impl Pool {
             obj_used: class_stats.iter().map(|c| c.obj_used).sum(),
             obj_allocated: class_stats.iter().map(|c| c.obj_allocated).sum(),
             metadata_bytes: self.metadata_bytes(),
+            cached_pages: self.source.cached_pages(),
+            pages_released: self.source.pages_released(),
         }
     }
 
     /// One row per distinct class, as the kernel's `classes` debugfs file.
     pub fn class_stats(&self) -> Vec<ClassStats> {
         self.classes
-            .iter()
-            .map(|c| {
-                let inner = c.inner.lock();
-                let g = c.geom;
-                let (mut almost_full, mut almost_empty) = (0, 0);
-                for meta in inner.zspages.iter().flatten() {
-                    let inuse = meta.inuse as usize;
-                    if inuse == 0 || inuse == g.objs_per_zspage {
-                        continue;
-                    }
-                    // The classic 3/4 threshold the kernel printed these columns with.
-                    if inuse <= 3 * g.objs_per_zspage / 4 {
-                        almost_empty += 1;
-                    } else {
-                        almost_full += 1;
-                    }
-                }
-                ClassStats {
+            .chunks(self.shards)
+            .map(|shards| {
+                let g = shards[0].geom;
+                let mut row = ClassStats {
                     index: g.index,
                     size: g.size,
-                    almost_full,
-                    almost_empty,
-                    obj_allocated: inner.zspage_count * g.objs_per_zspage,
-                    obj_used: inner.obj_used(),
-                    pages_used: inner.zspage_count * g.pages_per_zspage,
                     pages_per_zspage: g.pages_per_zspage,
-                    freeable: Self::freeable(&g, &inner),
+                    ..ClassStats::default()
+                };
+                for c in shards {
+                    let inner = c.inner.lock();
+                    for meta in inner.zspages.iter().flatten() {
+                        let inuse = meta.inuse as usize;
+                        if inuse == 0 || inuse == g.objs_per_zspage {
+                            continue;
+                        }
+                        // The classic 3/4 threshold the kernel printed these columns with.
+                        if inuse <= 3 * g.objs_per_zspage / 4 {
+                            row.almost_empty += 1;
+                        } else {
+                            row.almost_full += 1;
+                        }
+                    }
+                    row.obj_allocated += inner.zspage_count * g.objs_per_zspage;
+                    row.obj_used += inner.obj_used();
+                    row.pages_used += inner.zspage_count * g.pages_per_zspage;
+                    row.freeable += Self::freeable(&g, &inner);
                 }
+                row
             })
             .collect()
     }
@@ -526,13 +547,16 @@ impl Pool {
                 let Some(meta) = meta else { continue };
                 count += 1;
                 let id = id as u32;
-                let mem = meta.page.mem.read();
-                let bytes = mem.bytes();
-                if mem.pages() != g.pages_per_zspage {
-                    return Err(format!("class {}: zspage {id} has {} pages", g.index, mem.pages()));
+                let bytes = meta.run.bytes();
+                if meta.run.pages() != g.pages_per_zspage {
+                    return Err(format!(
+                        "class {}: zspage {id} has {} pages",
+                        g.index,
+                        meta.run.pages()
+                    ));
                 }
                 let free = meta
-                    .free_list_len(bytes, g.size, huge, g.objs_per_zspage)
+                    .free_list_len(g.size, huge, g.objs_per_zspage)
                     .ok_or_else(|| format!("class {}: zspage {id}: broken free list", g.index))?;
                 let never = g.objs_per_zspage - meta.fresh as usize;
                 if meta.inuse as usize + free + never != g.objs_per_zspage {
@@ -548,7 +572,10 @@ impl Pool {
                 if meta.group != want
                     || inner.groups[meta.group as usize].get(meta.list_pos as usize) != Some(&id)
                 {
-                    return Err(format!("class {}: zspage {id} misfiled in fullness lists", g.index));
+                    return Err(format!(
+                        "class {}: zspage {id} misfiled in fullness lists",
+                        g.index
+                    ));
                 }
                 let mut allocated = 0;
                 if huge {
@@ -564,8 +591,16 @@ impl Pool {
                                 .handles
                                 .get(h, slot, generation)
                                 .map_err(|e| format!("class {}: {e}", g.index))?;
-                            if loc != (Location { zspage: id, obj: obj as u16 }) {
-                                return Err(format!("class {}: handle {h} points elsewhere", g.index));
+                            if loc
+                                != (Location {
+                                    zspage: id,
+                                    obj: obj as u16,
+                                })
+                            {
+                                return Err(format!(
+                                    "class {}: handle {h} points elsewhere",
+                                    g.index
+                                ));
                             }
                         }
                     }
@@ -590,12 +625,21 @@ impl Pool {
                 ));
             }
             for (slot, generation, loc) in inner.handles.iter_live() {
-                let meta = inner.zspages.get(loc.zspage as usize).and_then(Option::as_ref);
+                let meta = inner
+                    .zspages
+                    .get(loc.zspage as usize)
+                    .and_then(Option::as_ref);
                 let Some(meta) = meta else {
-                    return Err(format!("class {}: handle slot {slot} names a free zspage", g.index));
+                    return Err(format!(
+                        "class {}: handle slot {slot} names a free zspage",
+                        g.index
+                    ));
                 };
                 if huge && meta.huge_slot != slot {
-                    return Err(format!("class {}: huge slot {slot}/{generation} mismatch", g.index));
+                    return Err(format!(
+                        "class {}: huge slot {slot}/{generation} mismatch",
+                        g.index
+                    ));
                 }
             }
             pages += count * g.pages_per_zspage;
@@ -613,50 +657,51 @@ impl Pool {
 
 /// Moves objects from `src` into `dst` until `src` is empty or `dst` is full, re-pointing
 /// their handles (the kernel's `migrate_zspage`).
-fn migrate(inner: &mut ClassInner, geom: &ClassGeometry, src: u32, dst: u32) {
+fn migrate(inner: &mut ClassInner, geom: &ClassGeometry, src_id: u32, dst_id: u32) {
     let huge = geom.is_huge();
-    let src_page = Arc::clone(&inner.meta(src).page);
-    let dst_page = Arc::clone(&inner.meta(dst).page);
-    let mut src_mem = src_page.mem.write();
-    let mut dst_mem = dst_page.mem.write();
-    let fresh = inner.meta(src).fresh as usize;
-    for obj in 0..fresh {
-        if inner.meta(src).inuse == 0 || inner.meta(dst).inuse as usize == geom.objs_per_zspage {
+    let size = geom.size;
+    // Take both zspages out of the class to borrow them side by side; put them back after.
+    let mut src = take(inner, src_id);
+    let mut dst = take(inner, dst_id);
+    for obj in 0..src.fresh as usize {
+        if src.inuse == 0 || dst.inuse as usize == geom.objs_per_zspage {
             break;
         }
         let slot = if huge {
-            if inner.meta(src).free_head == obj as u16 {
+            if src.free_head == obj as u16 {
                 continue;
             }
-            inner.meta(src).huge_slot
+            src.huge_slot
         } else {
-            let word = header(src_mem.bytes(), geom.size, obj);
+            let word = header(src.run.bytes(), size, obj);
             if !is_allocated(word) {
                 continue;
             }
             (word & 0xFFFF_FFFF) as u32
         };
-        let new_obj = inner
-            .meta_mut(dst)
-            .take_free(dst_mem.bytes(), geom.size, huge);
-        let from = obj * geom.size;
-        let to = new_obj as usize * geom.size;
-        dst_mem.bytes_mut()[to..to + geom.size]
-            .copy_from_slice(&src_mem.bytes()[from..from + geom.size]);
+        let new_obj = dst.take_free(size, huge);
+        let (from, to) = (obj * size, new_obj as usize * size);
+        dst.run.bytes_mut()[to..to + size].copy_from_slice(&src.run.bytes()[from..from + size]);
         if huge {
-            inner.meta_mut(dst).huge_slot = slot;
+            dst.huge_slot = slot;
         }
         inner.handles.relocate(
             slot,
             Location {
-                zspage: dst,
+                zspage: dst_id,
                 obj: new_obj,
             },
         );
-        inner
-            .meta_mut(src)
-            .put_free(src_mem.bytes_mut(), geom.size, huge, obj as u16);
+        src.put_free(size, huge, obj as u16);
     }
+    inner.zspages[src_id as usize] = Some(src);
+    inner.zspages[dst_id as usize] = Some(dst);
+}
+
+fn take(inner: &mut ClassInner, id: u32) -> ZsPage {
+    inner.zspages[id as usize]
+        .take()
+        .unwrap_or_else(|| unreachable!("compacting free zspage id {id}"))
 }
 
 fn check_size(size: usize) -> Result<()> {
@@ -669,6 +714,10 @@ fn check_size(size: usize) -> Result<()> {
 
 /// Byte offset of an object's caller data inside its zspage.
 fn data_offset(geom: &ClassGeometry, obj: u16) -> usize {
-    let header = if geom.is_huge() { 0 } else { crate::class::HANDLE_SIZE };
+    let header = if geom.is_huge() {
+        0
+    } else {
+        crate::class::HANDLE_SIZE
+    };
     obj as usize * geom.size + header
 }

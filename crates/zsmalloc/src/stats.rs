@@ -38,6 +38,10 @@ pub struct PoolStats {
     pub obj_allocated: usize,
     /// Bytes of bookkeeping outside the zspages.
     pub metadata_bytes: usize,
+    /// Pages of freed zspages kept resident for immediate reuse.
+    pub cached_pages: usize,
+    /// Pages given back to the OS so far.
+    pub pages_released: u64,
 }
 
 /// Formats rows exactly as the kernel's `zs_stats_size_show` (header, one line per distinct

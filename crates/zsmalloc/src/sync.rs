@@ -4,14 +4,14 @@
 
 #[cfg(not(shuttle))]
 mod imp {
-    pub use parking_lot::{Mutex, RwLock};
+    pub use parking_lot::Mutex;
     pub use std::sync::atomic::{AtomicU64, AtomicUsize};
 }
 
 #[cfg(shuttle)]
 mod imp {
+    pub use shuttle::sync::MutexGuard;
     pub use shuttle::sync::atomic::{AtomicU64, AtomicUsize};
-    pub use shuttle::sync::{MutexGuard, RwLockReadGuard, RwLockWriteGuard};
 
     /// `shuttle`'s mutex with `parking_lot`'s infallible `lock()`.
     #[derive(Debug, Default)]
@@ -23,22 +23,6 @@ mod imp {
         }
         pub fn lock(&self) -> MutexGuard<'_, T> {
             self.0.lock().unwrap_or_else(|e| e.into_inner())
-        }
-    }
-
-    /// `shuttle`'s rwlock with `parking_lot`'s infallible `read()`/`write()`.
-    #[derive(Debug, Default)]
-    pub struct RwLock<T>(shuttle::sync::RwLock<T>);
-
-    impl<T> RwLock<T> {
-        pub fn new(value: T) -> Self {
-            Self(shuttle::sync::RwLock::new(value))
-        }
-        pub fn read(&self) -> RwLockReadGuard<'_, T> {
-            self.0.read().unwrap_or_else(|e| e.into_inner())
-        }
-        pub fn write(&self) -> RwLockWriteGuard<'_, T> {
-            self.0.write().unwrap_or_else(|e| e.into_inner())
         }
     }
 }

@@ -1,23 +1,19 @@
 //! One zspage: a run of `pages_per_zspage` consecutive pages cut into `objs_per_zspage`
 //! objects of one class size.
 //!
-//! Representation. The memory is a [`PageRun`] behind a per-zspage `RwLock` (the kernel's
-//! zspage migrate lock): readers of an object hold it shared, anything that writes object
-//! memory (malloc's header, `write`, free's link, compaction) holds it exclusively. The
-//! bookkeeping ([`ZsPageMeta`]) lives in the class and is guarded by the class lock.
+//! Representation. A [`ZsPage`] owns its memory (a [`PageRun`] of virtually contiguous
+//! pages, so no object ever straddles a mapping boundary) and its bookkeeping; it lives in
+//! its class and is guarded by the class lock, like everything else in the class.
 //!
 //! Object layout (non-huge classes): the first 8 bytes of an allocated object hold its
-//! handle (little endian, top byte [`HANDLE_MAGIC`]), the caller's bytes follow; a free
-//! object's first 8 bytes hold the index of the next free object (top byte zero). Objects
+//! handle (little endian, with the handle magic in its top bits), the caller's bytes follow;
+//! a free object's first 8 bytes hold the index of the next free object (top bits zero). Objects
 //! at or past `fresh` have never been used and are not linked. Huge classes (one object
 //! per one-page zspage) keep no header: the handle slot is kept in the meta instead.
 //!
 //! Invariant: `inuse + free_list_len + (objs_per_zspage - fresh) == objs_per_zspage`.
 
-use std::sync::Arc;
-
-use crate::handle::HANDLE_MAGIC;
-use crate::sync::RwLock;
+use crate::handle::is_handle_word;
 use crate::sys::PageRun;
 
 /// No next free object.
@@ -29,16 +25,10 @@ pub(crate) const GROUP_EMPTY: u8 = 0;
 pub(crate) const GROUP_FULL: u8 = 11;
 pub(crate) const NR_GROUPS: usize = 12;
 
-/// The shared part of a zspage: its memory, behind the zspage lock.
+/// One zspage: its pages and its bookkeeping.
 #[derive(Debug)]
 pub(crate) struct ZsPage {
-    pub mem: RwLock<PageRun>,
-}
-
-/// The class-locked bookkeeping of one zspage.
-#[derive(Debug)]
-pub(crate) struct ZsPageMeta {
-    pub page: Arc<ZsPage>,
+    pub run: PageRun,
     /// Objects in use.
     pub inuse: u16,
     /// First free (linked) object, or [`NO_OBJ`].
@@ -81,15 +71,13 @@ pub(crate) fn set_header(mem: &mut [u8], size: usize, obj: usize, value: u64) {
 
 /// Does this header word belong to an allocated object?
 pub(crate) fn is_allocated(word: u64) -> bool {
-    word >> 56 == HANDLE_MAGIC
+    is_handle_word(word)
 }
 
-impl ZsPageMeta {
+impl ZsPage {
     pub fn new(run: PageRun) -> Self {
         Self {
-            page: Arc::new(ZsPage {
-                mem: RwLock::new(run),
-            }),
+            run,
             inuse: 0,
             free_head: NO_OBJ,
             fresh: 0,
@@ -99,15 +87,14 @@ impl ZsPageMeta {
         }
     }
 
-    /// Takes a free object index (the caller has the zspage memory locked for writing and
-    /// knows the zspage is not full).
-    pub fn take_free(&mut self, mem: &[u8], size: usize, huge: bool) -> u16 {
+    /// Takes a free object index (the caller knows the zspage is not full).
+    pub fn take_free(&mut self, size: usize, huge: bool) -> u16 {
         let obj = if self.free_head != NO_OBJ {
             let obj = self.free_head;
             self.free_head = if huge {
                 NO_OBJ
             } else {
-                (header(mem, size, obj as usize) & 0xFFFF) as u16
+                (header(self.run.bytes(), size, obj as usize) & 0xFFFF) as u16
             };
             obj
         } else {
@@ -120,16 +107,22 @@ impl ZsPageMeta {
     }
 
     /// Links object `obj` into the free list.
-    pub fn put_free(&mut self, mem: &mut [u8], size: usize, huge: bool, obj: u16) {
+    pub fn put_free(&mut self, size: usize, huge: bool, obj: u16) {
         if !huge {
-            set_header(mem, size, obj as usize, u64::from(self.free_head));
+            set_header(
+                self.run.bytes_mut(),
+                size,
+                obj as usize,
+                u64::from(self.free_head),
+            );
         }
         self.free_head = obj;
         self.inuse -= 1;
     }
 
     /// Length of the free list (walks it; for invariant checks).
-    pub fn free_list_len(&self, mem: &[u8], size: usize, huge: bool, objs: usize) -> Option<usize> {
+    pub fn free_list_len(&self, size: usize, huge: bool, objs: usize) -> Option<usize> {
+        let mem = self.run.bytes();
         let mut n = 0;
         let mut cur = self.free_head;
         while cur != NO_OBJ {

@@ -1,0 +1,421 @@
+//! `zramd bench pool`: the allocator alone.
+//!
+//! Object sizes follow a real zram workload: the object distribution seed 000 published for
+//! an ext4-on-zram kernel untar+build with lzo-rle and 8-page zspages (its "Order 3" table of
+//! `obj_used` per class). A size is drawn by class weight, then uniformly among the sizes
+//! that class serves.
+//!
+//! Figures: throughput of 1 and 2 threads doing the same churn (free a random object,
+//! allocate and write a new one, read another) and their ratio; compaction throughput after
+//! freeing half the objects at random; memory overhead (`total_pages * 4096` over bytes
+//! stored, with and without metadata) for chain sizes 4, 8 and 16.
+
+use std::sync::Barrier;
+use std::time::Instant;
+
+use anyhow::Context as _;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use zsmalloc::{Handle, Pool};
+
+/// (class size, obj_used) from seed 000's "Order 3" object distribution table.
+const SEED_ORDER3_DISTRIBUTION: &[(usize, usize)] = &[
+    (1168, 2994),
+    (1184, 1609),
+    (1200, 1442),
+    (1216, 1510),
+    (1232, 1479),
+    (1248, 1451),
+    (1280, 3033),
+    (1296, 1571),
+    (1360, 6375),
+    (1376, 1796),
+    (1424, 6006),
+    (1440, 2101),
+    (1456, 2064),
+    (1488, 4159),
+    (1504, 2007),
+    (1536, 3900),
+    (1552, 1873),
+    (1568, 1958),
+    (1584, 1974),
+    (1632, 6187),
+    (1680, 6477),
+    (1696, 2253),
+    (1712, 2340),
+    (1744, 4696),
+    (1792, 7734),
+    (1808, 2649),
+    (1856, 8365),
+    (1888, 5862),
+    (1904, 2942),
+    (1920, 2997),
+    (2048, 25276),
+    (2080, 6052),
+    (2096, 3080),
+    (2176, 14830),
+    (2192, 2758),
+    (2224, 5077),
+    (2272, 7232),
+    (2336, 8423),
+    (2384, 5313),
+    (2448, 5443),
+    (2512, 4121),
+    (2560, 2205),
+    (2592, 1133),
+    (2720, 2712),
+    (2864, 1098),
+    (2912, 183),
+    (2976, 166),
+    (3072, 252),
+    (3184, 192),
+    (3264, 96),
+    (3408, 208),
+    (3504, 94),
+    (3584, 104),
+    (3632, 50),
+    (4096, 33591),
+];
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Objects each thread keeps live during the scaling run.
+    #[arg(long, default_value_t = 20_000)]
+    working_set: usize,
+    /// Churn operations per thread in the scaling run.
+    #[arg(long, default_value_t = 400_000)]
+    ops: usize,
+    /// Objects stored for the overhead and compaction figures.
+    #[arg(long, default_value_t = 100_000)]
+    objects: usize,
+    /// Chain size for the scaling and compaction runs.
+    #[arg(long, default_value_t = zsmalloc::class::DEFAULT_CHAIN_SIZE)]
+    chain_size: usize,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Draws object sizes from the seed's distribution.
+#[derive(Debug)]
+struct SizeDist {
+    /// (cumulative weight, lowest size, highest size) — sizes are caller bytes.
+    table: Vec<(usize, usize, usize)>,
+    total: usize,
+}
+
+impl SizeDist {
+    fn seed() -> Self {
+        let mut table = Vec::new();
+        let mut total = 0;
+        let mut prev = SEED_ORDER3_DISTRIBUTION[0].0 - 16;
+        for &(size, used) in SEED_ORDER3_DISTRIBUTION {
+            total += used;
+            let (lo, hi) = if size == 4096 {
+                (4096, 4096)
+            } else {
+                (prev + 1 - 8, size - 8)
+            };
+            table.push((total, lo, hi));
+            prev = size;
+        }
+        Self { table, total }
+    }
+
+    fn sample(&self, rng: &mut SmallRng) -> usize {
+        let w = rng.gen_range(0..self.total);
+        let i = self.table.partition_point(|&(cum, _, _)| cum <= w);
+        let (_, lo, hi) = self.table[i];
+        rng.gen_range(lo..=hi)
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct Scaling {
+    chain_size: usize,
+    ops_per_thread: usize,
+    one_thread_ops_s: f64,
+    two_threads_ops_s: f64,
+    ratio: f64,
+    /// The same churn without an allocator (plain copies): the machine's own ratio.
+    ceiling_ratio: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct Compaction {
+    chain_size: usize,
+    pages_before: usize,
+    pages_freed: usize,
+    millis: f64,
+    freed_mib_s: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct Overhead {
+    chain_size: usize,
+    objects: usize,
+    bytes_stored: usize,
+    pages_used: usize,
+    metadata_bytes: usize,
+    overhead: f64,
+    overhead_with_metadata: f64,
+    after_churn_overhead: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    scaling: Scaling,
+    compaction: Compaction,
+    overhead: Vec<Overhead>,
+}
+
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    let dist = SizeDist::seed();
+    let scaling = scaling(args, &dist)?;
+    if !args.json {
+        println!(
+            "scaling (chain {}, {} ops/thread, working set {}): 1 thread {:.0} ops/s, 2 threads {:.0} ops/s, ratio {:.2}x (plain copies without an allocator: {:.2}x)",
+            scaling.chain_size,
+            scaling.ops_per_thread,
+            args.working_set,
+            scaling.one_thread_ops_s,
+            scaling.two_threads_ops_s,
+            scaling.ratio,
+            scaling.ceiling_ratio
+        );
+    }
+    let compaction = compaction(args, &dist)?;
+    if !args.json {
+        println!(
+            "compaction (chain {}): {} of {} pages freed in {:.1} ms, {:.0} MiB/s freed",
+            compaction.chain_size,
+            compaction.pages_freed,
+            compaction.pages_before,
+            compaction.millis,
+            compaction.freed_mib_s
+        );
+    }
+    let mut overhead = Vec::new();
+    for chain in [4, 8, 16] {
+        let o = overhead_for(chain, args.objects, &dist)?;
+        if !args.json {
+            println!(
+                "overhead (chain {:2}): {} objects, {:.1} MiB stored in {} pages: {:.4}x ({:.4}x with {} KiB metadata); after freeing half and compacting: {:.4}x",
+                o.chain_size,
+                o.objects,
+                o.bytes_stored as f64 / 1048576.0,
+                o.pages_used,
+                o.overhead,
+                o.overhead_with_metadata,
+                o.metadata_bytes / 1024,
+                o.after_churn_overhead
+            );
+        }
+        overhead.push(o);
+    }
+    if args.json {
+        let report = Report {
+            scaling,
+            compaction,
+            overhead,
+        };
+        println!("{}", serde_json::to_string(&report)?);
+    }
+    Ok(())
+}
+
+fn fill(
+    pool: &Pool,
+    dist: &SizeDist,
+    n: usize,
+    rng: &mut SmallRng,
+) -> anyhow::Result<Vec<(Handle, usize)>> {
+    let data = payload();
+    (0..n)
+        .map(|_| {
+            let size = dist.sample(rng);
+            let h = pool.malloc(size)?;
+            pool.write(h, &data[..size])?;
+            Ok((h, size))
+        })
+        .collect()
+}
+
+fn payload() -> Vec<u8> {
+    (0..4096u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect()
+}
+
+/// One thread's churn: fill a working set, wait at the barrier, churn, wait again, free.
+fn churn(
+    pool: &Pool,
+    dist: &SizeDist,
+    args: &Args,
+    seed: u64,
+    barrier: &Barrier,
+) -> anyhow::Result<()> {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let filled = fill(pool, dist, args.working_set, &mut rng);
+    barrier.wait();
+    let mut live = filled?;
+    let data = payload();
+    let mut buf = vec![0u8; 4096];
+    let mut result = Ok(());
+    for _ in 0..args.ops {
+        let i = rng.gen_range(0..live.len());
+        if let Err(e) = pool.free(live[i].0) {
+            result = Err(e.into());
+            break;
+        }
+        let size = dist.sample(&mut rng);
+        let stored = pool
+            .malloc(size)
+            .and_then(|h| pool.write(h, &data[..size]).map(|()| h));
+        match stored {
+            Ok(h) => live[i] = (h, size),
+            Err(e) => {
+                result = Err(e.into());
+                break;
+            }
+        }
+        let (h, size) = live[rng.gen_range(0..live.len())];
+        if let Err(e) = pool.read(h, &mut buf[..size]) {
+            result = Err(e.into());
+            break;
+        }
+    }
+    barrier.wait();
+    for (h, _) in live {
+        pool.free(h)?;
+    }
+    result
+}
+
+/// Operations per second of `threads` threads churning one pool (timed between barriers,
+/// so filling and emptying the working sets are not counted).
+fn throughput(args: &Args, dist: &SizeDist, threads: usize) -> anyhow::Result<f64> {
+    let pool = Pool::new(args.chain_size)?;
+    let barrier = Barrier::new(threads + 1);
+    let secs = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (pool, barrier) = (&pool, &barrier);
+                s.spawn(move || churn(pool, dist, args, 42 + t as u64, barrier))
+            })
+            .collect();
+        barrier.wait();
+        let start = Instant::now();
+        barrier.wait();
+        let secs = start.elapsed().as_secs_f64();
+        for h in handles {
+            h.join()
+                .map_err(|_| anyhow::anyhow!("bench thread panicked"))??;
+        }
+        anyhow::Ok(secs)
+    })?;
+    Ok((threads * args.ops) as f64 / secs)
+}
+
+/// The same churn with no allocator: each thread copies the same sizes in and out of its
+/// own preallocated slots. Its 2/1-thread ratio is what this machine's memory allows.
+fn ceiling_throughput(args: &Args, dist: &SizeDist, threads: usize) -> f64 {
+    let barrier = Barrier::new(threads + 1);
+    let run = |seed: u64| {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let mut slots = vec![1u8; args.working_set * 4096];
+        let data = payload();
+        let mut buf = vec![0u8; 4096];
+        let mut sizes: Vec<usize> = (0..args.working_set)
+            .map(|_| dist.sample(&mut rng))
+            .collect();
+        barrier.wait();
+        for _ in 0..args.ops {
+            let i = rng.gen_range(0..sizes.len());
+            let size = dist.sample(&mut rng);
+            slots[i * 4096..i * 4096 + size].copy_from_slice(&data[..size]);
+            sizes[i] = size;
+            let j = rng.gen_range(0..sizes.len());
+            buf[..sizes[j]].copy_from_slice(&slots[j * 4096..j * 4096 + sizes[j]]);
+        }
+        barrier.wait();
+        std::hint::black_box(&buf);
+    };
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let run = &run;
+            s.spawn(move || run(42 + t as u64));
+        }
+        barrier.wait();
+        let start = Instant::now();
+        barrier.wait();
+        (threads * args.ops) as f64 / start.elapsed().as_secs_f64()
+    })
+}
+
+fn scaling(args: &Args, dist: &SizeDist) -> anyhow::Result<Scaling> {
+    let one = throughput(args, dist, 1)?;
+    let two = throughput(args, dist, 2)?;
+    let ceiling_one = ceiling_throughput(args, dist, 1);
+    let ceiling_two = ceiling_throughput(args, dist, 2);
+    Ok(Scaling {
+        chain_size: args.chain_size,
+        ops_per_thread: args.ops,
+        one_thread_ops_s: one,
+        two_threads_ops_s: two,
+        ratio: two / one,
+        ceiling_ratio: ceiling_two / ceiling_one,
+    })
+}
+
+fn compaction(args: &Args, dist: &SizeDist) -> anyhow::Result<Compaction> {
+    let pool = Pool::new(args.chain_size)?;
+    let mut rng = SmallRng::seed_from_u64(7);
+    let live = fill(&pool, dist, args.objects, &mut rng)?;
+    for &(h, _) in live.iter().filter(|_| rng.gen_bool(0.5)) {
+        pool.free(h)?;
+    }
+    let pages_before = pool.total_pages();
+    let start = Instant::now();
+    let pages_freed = pool.compact();
+    let secs = start.elapsed().as_secs_f64();
+    pool.check_invariants()
+        .map_err(anyhow::Error::msg)
+        .context("pool invariants after compaction")?;
+    Ok(Compaction {
+        chain_size: args.chain_size,
+        pages_before,
+        pages_freed,
+        millis: secs * 1000.0,
+        freed_mib_s: pages_freed as f64 * 4096.0 / 1048576.0 / secs,
+    })
+}
+
+fn overhead_for(chain_size: usize, objects: usize, dist: &SizeDist) -> anyhow::Result<Overhead> {
+    let pool = Pool::new(chain_size)?;
+    let mut rng = SmallRng::seed_from_u64(99);
+    let live = fill(&pool, dist, objects, &mut rng)?;
+    let bytes_stored: usize = live.iter().map(|&(_, s)| s).sum();
+    let pages_used = pool.total_pages();
+    let metadata_bytes = pool.metadata_bytes();
+    let mut kept = 0;
+    for &(h, size) in &live {
+        if rng.gen_bool(0.5) {
+            pool.free(h)?;
+        } else {
+            kept += size;
+        }
+    }
+    pool.compact();
+    Ok(Overhead {
+        chain_size,
+        objects,
+        bytes_stored,
+        pages_used,
+        metadata_bytes,
+        overhead: (pages_used * 4096) as f64 / bytes_stored as f64,
+        overhead_with_metadata: (pages_used * 4096 + metadata_bytes) as f64 / bytes_stored as f64,
+        after_churn_overhead: (pool.total_pages() * 4096) as f64 / kept as f64,
+    })
+}
