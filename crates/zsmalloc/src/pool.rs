@@ -479,6 +479,21 @@ impl Pool {
         per_class + self.classes.len() * std::mem::size_of::<CachePadded<SizeClass>>()
     }
 
+    /// Pages freed by compaction since the pool was made.
+    pub fn pages_compacted(&self) -> u64 {
+        self.pages_compacted.load(Ordering::Relaxed)
+    }
+
+    /// Pages of freed zspages kept resident for reuse (not in `total_pages`).
+    pub fn cached_pages(&self) -> usize {
+        self.source.cached_pages()
+    }
+
+    /// Gives cached free pages back to the OS; returns how many.
+    pub fn trim(&self) -> usize {
+        self.source.trim()
+    }
+
     /// Pool-wide counters.
     pub fn stats(&self) -> PoolStats {
         let class_stats = self.class_stats();

@@ -1,0 +1,198 @@
+//! Compressors behind one trait, each with a one-byte id, as the kernel's zcomp backends.
+//!
+//! A [`Codec`] is one compression context (the kernel's per-CPU stream): it owns scratch
+//! state, so compressing a page allocates nothing. A device keeps a [`CodecPool`] of them and
+//! lends one to each request.
+
+mod lz4;
+mod lzo;
+mod zstd;
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::error::{Error, Result};
+
+/// A compression algorithm the device can use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Algorithm {
+    /// LZ4 (C liblz4, `LZ4_compress_default`): the default.
+    Lz4,
+    /// Zstandard, with a level and an optional dictionary.
+    Zstd,
+    /// LZO1X-1 (our own clean-room code).
+    Lzo,
+    /// LZO1X-1 with run-length encoding of zero runs (the kernel's `lzo-rle`).
+    LzoRle,
+}
+
+impl Algorithm {
+    /// Every algorithm, in the order `comp_algorithm` lists them.
+    pub const ALL: [Algorithm; 4] = [
+        Algorithm::Lzo,
+        Algorithm::LzoRle,
+        Algorithm::Lz4,
+        Algorithm::Zstd,
+    ];
+
+    /// The one-byte id stored with a slot's compression priority and in reports.
+    pub fn id(self) -> u8 {
+        match self {
+            Algorithm::Lz4 => 1,
+            Algorithm::Zstd => 2,
+            Algorithm::Lzo => 3,
+            Algorithm::LzoRle => 4,
+        }
+    }
+
+    /// The algorithm with this id.
+    pub fn from_id(id: u8) -> Option<Self> {
+        Self::ALL.into_iter().find(|a| a.id() == id)
+    }
+
+    /// The kernel's name (`comp_algorithm`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::Lz4 => "lz4",
+            Algorithm::Zstd => "zstd",
+            Algorithm::Lzo => "lzo",
+            Algorithm::LzoRle => "lzo-rle",
+        }
+    }
+}
+
+impl std::fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Algorithm {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        let s = s.trim();
+        Self::ALL
+            .into_iter()
+            .find(|a| a.name() == s)
+            .ok_or_else(|| Error::UnknownAlgorithm(s.to_owned()))
+    }
+}
+
+/// Tunables of an algorithm (the kernel's `algorithm_params`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AlgorithmParams {
+    /// Compression level (zstd: 1..=22, default 3; others ignore it).
+    pub level: Option<i32>,
+    /// A trained dictionary (zstd).
+    pub dictionary: Option<Arc<Vec<u8>>>,
+}
+
+/// One compression context.
+pub trait Codec: Send + std::fmt::Debug {
+    /// The algorithm this context speaks.
+    fn algorithm(&self) -> Algorithm;
+    /// Compresses `src` into `dst` (cleared first); returns the compressed length. The
+    /// output may be longer than the input: callers store such pages raw.
+    fn compress(&mut self, src: &[u8], dst: &mut Vec<u8>) -> Result<usize>;
+    /// Decompresses `src` into `dst`, which must come out exactly full; corrupt or
+    /// truncated input is an error, never a panic.
+    fn decompress(&mut self, src: &[u8], dst: &mut [u8]) -> Result<()>;
+}
+
+/// Makes a fresh context for `algorithm` with `params`.
+pub fn new_codec(algorithm: Algorithm, params: &AlgorithmParams) -> Result<Box<dyn Codec>> {
+    Ok(match algorithm {
+        Algorithm::Lz4 => Box::new(lz4::Lz4),
+        Algorithm::Zstd => Box::new(zstd::Zstd::new(params)?),
+        Algorithm::Lzo => Box::new(lzo::Lzo::new(crate::lzo::Variant::Lzo)),
+        Algorithm::LzoRle => Box::new(lzo::Lzo::new(crate::lzo::Variant::LzoRle)),
+    })
+}
+
+/// Contexts of one algorithm, lent to requests one at a time (the kernel's per-CPU streams,
+/// sized by demand instead of by CPU count).
+#[derive(Debug)]
+pub struct CodecPool {
+    algorithm: Algorithm,
+    params: AlgorithmParams,
+    idle: Mutex<Vec<Box<dyn Codec>>>,
+}
+
+impl CodecPool {
+    /// A pool for `algorithm`; checks that a context can be made.
+    pub fn new(algorithm: Algorithm, params: AlgorithmParams) -> Result<Self> {
+        let first = new_codec(algorithm, &params)?;
+        Ok(Self {
+            algorithm,
+            params,
+            idle: Mutex::new(vec![first]),
+        })
+    }
+
+    /// The pool's algorithm.
+    pub fn algorithm(&self) -> Algorithm {
+        self.algorithm
+    }
+
+    /// The pool's parameters.
+    pub fn params(&self) -> &AlgorithmParams {
+        &self.params
+    }
+
+    /// Runs `f` with a context, made on demand when all are busy.
+    pub fn with<R>(&self, f: impl FnOnce(&mut dyn Codec) -> R) -> Result<R> {
+        let taken = self.idle.lock().pop();
+        let mut codec = match taken {
+            Some(c) => c,
+            None => new_codec(self.algorithm, &self.params)?,
+        };
+        let r = f(codec.as_mut());
+        self.idle.lock().push(codec);
+        Ok(r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn page(seed: u8) -> Vec<u8> {
+        let text = b"zram stores pages compressed in memory; zsmalloc packs the objects. ";
+        (0..4096)
+            .map(|i| text[i % text.len()].wrapping_add(seed * (i % 7 == 0) as u8))
+            .collect()
+    }
+
+    #[test]
+    fn every_algorithm_round_trips_and_rejects_garbage() {
+        for alg in Algorithm::ALL {
+            let mut c = new_codec(alg, &AlgorithmParams::default()).unwrap();
+            let src = page(3);
+            let mut dst = Vec::new();
+            let n = c.compress(&src, &mut dst).unwrap();
+            assert_eq!(n, dst.len());
+            assert!(n < 2048, "{alg}: {n}");
+            let mut out = vec![0u8; 4096];
+            c.decompress(&dst, &mut out).unwrap();
+            assert_eq!(out, src, "{alg}");
+            assert!(
+                c.decompress(&dst[..n / 2], &mut out).is_err(),
+                "{alg} truncated"
+            );
+            let garbage: Vec<u8> = (0..300u32).map(|i| (i * 37 % 251) as u8).collect();
+            let _ = c.decompress(&garbage, &mut out);
+        }
+    }
+
+    #[test]
+    fn names_and_ids_round_trip() {
+        for alg in Algorithm::ALL {
+            assert_eq!(alg.name().parse::<Algorithm>().unwrap(), alg);
+            assert_eq!(Algorithm::from_id(alg.id()), Some(alg));
+        }
+        assert!("deflate".parse::<Algorithm>().is_err());
+    }
+}

@@ -1,0 +1,447 @@
+//! The device: a slot table over a zsmalloc pool, with the kernel zram's rules.
+//!
+//! Write path (per 4 KiB page, under the slot's lock): a same-filled page is stored as its
+//! word; otherwise the page is compressed, and stored raw when the result is at least the
+//! pool's `huge_class_size`; an object is allocated, `mem_limit` is checked (over it, the new
+//! object is freed and the slot keeps its old data), the data is written, and only then is
+//! the slot's old object freed and the slot pointed at the new one. Reads decompress under
+//! the slot's lock. Requests of any offset and length are split into pages; partial pages are
+//! read, modified and written back under the slot's lock, so the last write to a page always
+//! wins whole.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Instant;
+
+use zsmalloc::{Handle, Pool, PoolConfig};
+
+use crate::PAGE_SIZE;
+use crate::comp::{Algorithm, AlgorithmParams, CodecPool};
+use crate::compact::{AutoCompact, Compactor};
+use crate::error::{Error, Result};
+use crate::slot::{Flags, SlotEntry, SlotGuard, SlotTable};
+use crate::stats::{Counters, IoStat, MmStat, format_debug_stat};
+
+/// How a device is set up.
+#[derive(Debug, Clone)]
+pub struct ZramConfig {
+    /// Size in bytes (rounded up to whole pages).
+    pub disksize: u64,
+    /// Primary compression algorithm.
+    pub algorithm: Algorithm,
+    /// Its parameters.
+    pub params: AlgorithmParams,
+    /// zsmalloc chain size (pages per zspage at most).
+    pub chain_size: usize,
+    /// Memory limit in bytes (0 = none).
+    pub mem_limit: u64,
+    /// Background compaction (beyond the kernel); `None` turns it off.
+    pub auto_compact: Option<AutoCompact>,
+}
+
+impl Default for ZramConfig {
+    fn default() -> Self {
+        Self {
+            disksize: 1 << 30,
+            algorithm: Algorithm::Lz4,
+            params: AlgorithmParams::default(),
+            chain_size: zsmalloc::class::DEFAULT_CHAIN_SIZE,
+            mem_limit: 0,
+            auto_compact: Some(AutoCompact::default()),
+        }
+    }
+}
+
+/// A compressed RAM block device.
+#[derive(Debug)]
+pub struct Zram {
+    disksize: u64,
+    chain_size: usize,
+    pool: Arc<Pool>,
+    table: SlotTable,
+    codecs: CodecPool,
+    counters: Counters,
+    limit_pages: AtomicU64,
+    huge_class_size: usize,
+    pages_compacted_base: AtomicU64,
+    start: Instant,
+    compactor: Option<Compactor>,
+}
+
+thread_local! {
+    /// Per-thread scratch for compressed bytes (the kernel's per-CPU stream buffer).
+    static SCRATCH: RefCell<Vec<u8>> = RefCell::new(Vec::with_capacity(2 * PAGE_SIZE));
+}
+
+/// The fill word of a same-filled page, if it is one.
+fn same_filled(page: &[u8]) -> Option<u64> {
+    let mut words = page.chunks_exact(8).map(|w| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(w);
+        u64::from_ne_bytes(b)
+    });
+    let first = words.next()?;
+    words.all(|w| w == first).then_some(first)
+}
+
+fn fill(page: &mut [u8], word: u64) {
+    let bytes = word.to_ne_bytes();
+    for chunk in page.chunks_exact_mut(8) {
+        chunk.copy_from_slice(&bytes);
+    }
+}
+
+impl Zram {
+    /// Makes a device.
+    pub fn new(config: ZramConfig) -> Result<Self> {
+        let disksize = crate::size::page_align(config.disksize)
+            .ok_or_else(|| Error::InvalidSize(config.disksize.to_string()))?;
+        let slots = usize::try_from(disksize / PAGE_SIZE as u64)
+            .map_err(|_| Error::InvalidSize(config.disksize.to_string()))?;
+        let pool = Arc::new(Pool::with_config(PoolConfig {
+            chain_size: config.chain_size,
+            ..PoolConfig::default()
+        })?);
+        let codecs = CodecPool::new(config.algorithm, config.params.clone())?;
+        let compactor = config
+            .auto_compact
+            .map(|ac| Compactor::start(Arc::clone(&pool), ac));
+        Ok(Self {
+            disksize,
+            chain_size: config.chain_size,
+            huge_class_size: pool.huge_class_size(),
+            pool,
+            table: SlotTable::new(slots),
+            codecs,
+            counters: Counters::default(),
+            limit_pages: AtomicU64::new(config.mem_limit.div_ceil(PAGE_SIZE as u64)),
+            pages_compacted_base: AtomicU64::new(0),
+            start: Instant::now(),
+            compactor,
+        })
+    }
+
+    /// Size in bytes.
+    pub fn disksize(&self) -> u64 {
+        self.disksize
+    }
+
+    /// The primary algorithm.
+    pub fn algorithm(&self) -> Algorithm {
+        self.codecs.algorithm()
+    }
+
+    /// The primary algorithm's parameters.
+    pub fn params(&self) -> &AlgorithmParams {
+        self.codecs.params()
+    }
+
+    /// zsmalloc chain size.
+    pub fn chain_size(&self) -> usize {
+        self.chain_size
+    }
+
+    /// The allocator underneath.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Compressed sizes at or above this are stored raw.
+    pub fn huge_class_size(&self) -> usize {
+        self.huge_class_size
+    }
+
+    fn check_range(&self, offset: u64, len: u64) -> Result<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.disksize => Ok(()),
+            _ => Err(Error::OutOfRange {
+                offset,
+                len,
+                disksize: self.disksize,
+            }),
+        }
+    }
+
+    fn now(&self) -> u32 {
+        u32::try_from(self.start.elapsed().as_secs()).unwrap_or(u32::MAX)
+    }
+
+    /// Calls `f(page index, offset in page, byte range in the request)` for every page a
+    /// request of `len` bytes at `offset` touches.
+    fn for_pages(
+        offset: u64,
+        len: usize,
+        mut f: impl FnMut(usize, usize, std::ops::Range<usize>) -> Result<()>,
+    ) -> Result<()> {
+        let mut done = 0;
+        while done < len {
+            let pos = offset + done as u64;
+            let index = (pos / PAGE_SIZE as u64) as usize;
+            let in_page = (pos % PAGE_SIZE as u64) as usize;
+            let n = (PAGE_SIZE - in_page).min(len - done);
+            f(index, in_page, done..done + n)?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Reads `buf.len()` bytes at `offset`.
+    pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.check_range(offset, buf.len() as u64)?;
+        Counters::add(&self.counters.num_reads, 1);
+        let mut page = [0u8; PAGE_SIZE];
+        Self::for_pages(offset, buf.len(), |index, in_page, range| {
+            let g = self.table.lock(index);
+            if range.len() == PAGE_SIZE {
+                self.read_slot(&g, &mut buf[range])
+            } else {
+                self.read_slot(&g, &mut page)?;
+                buf[range.clone()].copy_from_slice(&page[in_page..in_page + range.len()]);
+                Ok(())
+            }
+        })
+        .inspect_err(|_| Counters::add(&self.counters.failed_reads, 1))
+    }
+
+    /// Writes `data` at `offset`.
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
+        self.check_range(offset, data.len() as u64)?;
+        Counters::add(&self.counters.num_writes, 1);
+        let mut page = [0u8; PAGE_SIZE];
+        Self::for_pages(offset, data.len(), |index, in_page, range| {
+            let mut g = self.table.lock(index);
+            if range.len() == PAGE_SIZE {
+                self.store(&mut g, &data[range])
+            } else {
+                self.read_slot(&g, &mut page)?;
+                page[in_page..in_page + range.len()].copy_from_slice(&data[range]);
+                self.store(&mut g, &page)
+            }
+        })
+        .inspect_err(|_| Counters::add(&self.counters.failed_writes, 1))
+    }
+
+    /// Frees the whole pages inside the range (the kernel's discard: partial pages at the
+    /// edges are left alone, as they would cost a recompression to save nothing).
+    pub fn discard(&self, offset: u64, len: u64) -> Result<()> {
+        self.check_range(offset, len)?;
+        let first = offset.div_ceil(PAGE_SIZE as u64);
+        let end = (offset + len) / PAGE_SIZE as u64;
+        for index in first..end {
+            let mut g = self.table.lock(index as usize);
+            self.free_slot(&mut g);
+            Counters::add(&self.counters.notify_free, 1);
+        }
+        if let Some(c) = &self.compactor {
+            c.nudge();
+        }
+        Ok(())
+    }
+
+    /// Makes the range read back as zeroes: whole pages are freed (they cost no object),
+    /// partial pages are rewritten.
+    pub fn write_zeroes(&self, offset: u64, len: u64) -> Result<()> {
+        self.check_range(offset, len)?;
+        let mut page = [0u8; PAGE_SIZE];
+        let len = usize::try_from(len).map_err(|_| Error::InvalidSize(len.to_string()))?;
+        Self::for_pages(offset, len, |index, in_page, range| {
+            let mut g = self.table.lock(index);
+            if range.len() == PAGE_SIZE {
+                self.free_slot(&mut g);
+                Ok(())
+            } else {
+                self.read_slot(&g, &mut page)?;
+                page[in_page..in_page + range.len()].fill(0);
+                self.store(&mut g, &page)
+            }
+        })?;
+        if let Some(c) = &self.compactor {
+            c.nudge();
+        }
+        Ok(())
+    }
+
+    /// Nothing is volatile beyond memory: a flush has nothing to wait for.
+    pub fn flush(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Frees every slot and zeroes the counters (the kernel's `reset`, keeping the size and
+    /// settings).
+    pub fn reset(&self) {
+        for index in 0..self.table.len() {
+            let mut g = self.table.lock(index);
+            self.free_slot(&mut g);
+        }
+        self.counters.clear();
+        self.pages_compacted_base
+            .store(self.pool.pages_compacted(), Relaxed);
+        self.pool.trim();
+    }
+
+    /// Reads a slot into a whole page.
+    fn read_slot(&self, g: &SlotGuard<'_>, out: &mut [u8]) -> Result<()> {
+        let e = g.get();
+        if e.flags.contains(Flags::SAME) {
+            fill(out, e.handle);
+            return Ok(());
+        }
+        if e.len == 0 {
+            out.fill(0);
+            return Ok(());
+        }
+        let handle = Handle::from_raw(e.handle);
+        if e.len == PAGE_SIZE {
+            return Ok(self.pool.read(handle, out)?);
+        }
+        let mut compressed = [0u8; PAGE_SIZE];
+        self.pool.read(handle, &mut compressed[..e.len])?;
+        self.codecs
+            .with(|c| c.decompress(&compressed[..e.len], out))?
+    }
+
+    /// Stores a whole page into a locked slot.
+    fn store(&self, g: &mut SlotGuard<'_>, page: &[u8]) -> Result<()> {
+        let now = self.now();
+        if let Some(word) = same_filled(page) {
+            self.free_slot(g);
+            g.set(SlotEntry {
+                handle: word,
+                flags: Flags::SAME,
+                ac_time: now,
+                ..SlotEntry::default()
+            });
+            Counters::add(&self.counters.same_pages, 1);
+            Counters::add(&self.counters.pages_stored, 1);
+            return Ok(());
+        }
+        SCRATCH.with(|scratch| {
+            let mut buf = scratch.borrow_mut();
+            let comp_len = self.codecs.with(|c| c.compress(page, &mut buf))??;
+            let (data, huge) = if comp_len >= self.huge_class_size {
+                (page, true)
+            } else {
+                (&buf[..comp_len], false)
+            };
+            let handle = self.pool.malloc(data.len())?;
+            let used = self.pool.total_pages() as u64;
+            self.counters.max_used_pages.fetch_max(used, Relaxed);
+            let limit = self.limit_pages.load(Relaxed);
+            if limit != 0 && used > limit {
+                self.pool.free(handle)?;
+                return Err(Error::MemLimit {
+                    limit: limit * PAGE_SIZE as u64,
+                });
+            }
+            self.pool.write(handle, data)?;
+            self.free_slot(g);
+            g.set(SlotEntry {
+                handle: handle.to_raw(),
+                len: data.len(),
+                flags: if huge { Flags::HUGE } else { Flags::default() },
+                prio: 0,
+                ac_time: now,
+            });
+            Counters::add(&self.counters.compr_data_size, data.len() as u64);
+            Counters::add(&self.counters.pages_stored, 1);
+            if huge {
+                Counters::add(&self.counters.huge_pages, 1);
+                Counters::add(&self.counters.huge_pages_since, 1);
+            }
+            Ok(())
+        })
+    }
+
+    /// Empties a locked slot (the kernel's `zram_free_page`).
+    fn free_slot(&self, g: &mut SlotGuard<'_>) {
+        let e = g.get();
+        if e.flags.contains(Flags::SAME) {
+            Counters::sub(&self.counters.same_pages, 1);
+            Counters::sub(&self.counters.pages_stored, 1);
+        } else if e.len != 0 {
+            // The handle came from this pool and the slot lock keeps it live: a failure here
+            // would be a bug in the table, and the object is unreachable either way.
+            let _ = self.pool.free(Handle::from_raw(e.handle));
+            Counters::sub(&self.counters.compr_data_size, e.len as u64);
+            Counters::sub(&self.counters.pages_stored, 1);
+            if e.flags.contains(Flags::HUGE) {
+                Counters::sub(&self.counters.huge_pages, 1);
+            }
+        }
+        if e != SlotEntry::default() {
+            g.set(SlotEntry::default());
+        }
+    }
+
+    /// Sets `mem_limit` in bytes (0 = none).
+    pub fn set_mem_limit(&self, bytes: u64) {
+        self.limit_pages
+            .store(bytes.div_ceil(PAGE_SIZE as u64), Relaxed);
+    }
+
+    /// `mem_used_max` restarts from the current use (the kernel's `echo 0 > mem_used_max`).
+    pub fn reset_mem_used_max(&self) {
+        self.counters
+            .max_used_pages
+            .store(self.pool.total_pages() as u64, Relaxed);
+    }
+
+    /// Compacts the pool now; returns pages freed.
+    pub fn compact(&self) -> usize {
+        self.pool.compact()
+    }
+
+    /// The `mm_stat` figures.
+    pub fn mm_stat(&self) -> MmStat {
+        let c = &self.counters;
+        let used = self.pool.total_pages() as u64;
+        MmStat {
+            orig_data_size: Counters::get(&c.pages_stored) * PAGE_SIZE as u64,
+            compr_data_size: Counters::get(&c.compr_data_size),
+            mem_used_total: used * PAGE_SIZE as u64,
+            mem_limit: self.limit_pages.load(Relaxed) * PAGE_SIZE as u64,
+            mem_used_max: Counters::get(&c.max_used_pages).max(used) * PAGE_SIZE as u64,
+            same_pages: Counters::get(&c.same_pages),
+            pages_compacted: self.pool.pages_compacted() - self.pages_compacted_base.load(Relaxed),
+            huge_pages: Counters::get(&c.huge_pages),
+            huge_pages_since: Counters::get(&c.huge_pages_since),
+            pages_folded: 0,
+            metadata_bytes: (self.table.metadata_bytes() + self.pool.metadata_bytes()) as u64,
+            cached_bytes: (self.pool.cached_pages() * PAGE_SIZE) as u64,
+        }
+    }
+
+    /// The `io_stat` figures.
+    pub fn io_stat(&self) -> IoStat {
+        let c = &self.counters;
+        IoStat {
+            failed_reads: Counters::get(&c.failed_reads),
+            failed_writes: Counters::get(&c.failed_writes),
+            notify_free: Counters::get(&c.notify_free),
+        }
+    }
+
+    /// The `debug_stat` text.
+    pub fn debug_stat(&self) -> String {
+        format_debug_stat(Counters::get(&self.counters.miss_free))
+    }
+
+    /// Read and write requests served so far.
+    pub fn requests(&self) -> (u64, u64) {
+        (
+            Counters::get(&self.counters.num_reads),
+            Counters::get(&self.counters.num_writes),
+        )
+    }
+
+    /// The entry of slot `index` (for tests and tools).
+    pub fn slot(&self, index: usize) -> Option<SlotEntry> {
+        (index < self.table.len()).then(|| self.table.lock(index).get())
+    }
+
+    /// Bytes the slot table holds.
+    pub fn table_bytes(&self) -> usize {
+        self.table.metadata_bytes()
+    }
+}

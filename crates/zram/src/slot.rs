@@ -1,0 +1,194 @@
+//! The slot table: one entry per 4 KiB page of the device, and the per-slot locks.
+//!
+//! An entry is two words. `handle` holds the zsmalloc handle of the slot's object, or the
+//! fill word of a same-filled page. `info` packs, from bit 0: the stored length (13 bits,
+//! 0..=4096), the flags ([`Flags`], 8 bits), the compression priority (2 bits) and, from bit
+//! 32, the last access time in seconds since the device started (for idle tracking).
+//!
+//! Locking: slot `i` is guarded by lock `i % STRIPES` of a striped lock array (the kernel
+//! keeps a lock bit per slot; stripes give the same exclusion for 1/512 of the memory). The
+//! words are atomics only so that they can be read without `unsafe`; every change happens
+//! under the slot's lock, so relaxed ordering suffices.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use parking_lot::{Mutex, MutexGuard};
+
+/// Locks in the striped lock array.
+const STRIPES: usize = 4096;
+
+/// Per-slot flags (the kernel's `zram_pageflags`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Flags(u8);
+
+impl Flags {
+    /// Every 8-byte word of the page is equal; `handle` holds the word, no object is used.
+    pub const SAME: Flags = Flags(1 << 0);
+    /// Stored uncompressed: it compressed to `huge_class_size` or more.
+    pub const HUGE: Flags = Flags(1 << 1);
+    /// Marked idle (not accessed since the last `idle` marking).
+    pub const IDLE: Flags = Flags(1 << 2);
+    /// Written back to the backing file.
+    pub const WB: Flags = Flags(1 << 3);
+    /// Recompression found it incompressible.
+    pub const INCOMPRESSIBLE: Flags = Flags(1 << 4);
+
+    /// Are all flags of `other` set?
+    pub fn contains(self, other: Flags) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The union.
+    pub fn with(self, other: Flags) -> Flags {
+        Flags(self.0 | other.0)
+    }
+
+    /// The raw bits.
+    pub fn bits(self) -> u8 {
+        self.0
+    }
+}
+
+const LEN_BITS: u32 = 13;
+const LEN_MASK: u64 = (1 << LEN_BITS) - 1;
+const FLAGS_SHIFT: u32 = LEN_BITS;
+const PRIO_SHIFT: u32 = FLAGS_SHIFT + 8;
+const TIME_SHIFT: u32 = 32;
+
+/// A decoded slot entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SlotEntry {
+    /// Handle of the object, or the fill word of a same-filled page.
+    pub handle: u64,
+    /// Bytes stored (0 for an empty or same-filled slot).
+    pub len: usize,
+    /// Flags.
+    pub flags: Flags,
+    /// Compression priority (0 = primary algorithm).
+    pub prio: u8,
+    /// Last access, seconds since the device started.
+    pub ac_time: u32,
+}
+
+impl SlotEntry {
+    /// Does the slot hold data (an object, a fill word or a written-back page)?
+    pub fn is_allocated(&self) -> bool {
+        self.len != 0 || self.flags.contains(Flags::SAME) || self.flags.contains(Flags::WB)
+    }
+
+    fn pack_info(&self) -> u64 {
+        (self.len as u64 & LEN_MASK)
+            | (u64::from(self.flags.0) << FLAGS_SHIFT)
+            | (u64::from(self.prio & 3) << PRIO_SHIFT)
+            | (u64::from(self.ac_time) << TIME_SHIFT)
+    }
+
+    fn unpack(handle: u64, info: u64) -> Self {
+        Self {
+            handle,
+            len: (info & LEN_MASK) as usize,
+            flags: Flags(((info >> FLAGS_SHIFT) & 0xFF) as u8),
+            prio: ((info >> PRIO_SHIFT) & 3) as u8,
+            ac_time: (info >> TIME_SHIFT) as u32,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    handle: AtomicU64,
+    info: AtomicU64,
+}
+
+/// The slot table of one device.
+#[derive(Debug)]
+pub struct SlotTable {
+    slots: Box<[Slot]>,
+    locks: Box<[Mutex<()>]>,
+}
+
+/// Proof that a slot's lock is held; reads and writes of the entry go through it.
+#[derive(Debug)]
+pub struct SlotGuard<'a> {
+    table: &'a SlotTable,
+    index: usize,
+    _lock: MutexGuard<'a, ()>,
+}
+
+impl SlotTable {
+    /// A table of `n` empty slots.
+    pub fn new(n: usize) -> Self {
+        Self {
+            slots: (0..n).map(|_| Slot::default()).collect(),
+            locks: (0..STRIPES.min(n.max(1))).map(|_| Mutex::new(())).collect(),
+        }
+    }
+
+    /// Number of slots.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Is the table empty (a zero-size device)?
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// Locks slot `index` (which must be in range).
+    pub fn lock(&self, index: usize) -> SlotGuard<'_> {
+        SlotGuard {
+            table: self,
+            index,
+            _lock: self.locks[index % self.locks.len()].lock(),
+        }
+    }
+
+    /// Bytes of memory the table holds.
+    pub fn metadata_bytes(&self) -> usize {
+        self.slots.len() * std::mem::size_of::<Slot>()
+            + self.locks.len() * std::mem::size_of::<Mutex<()>>()
+    }
+}
+
+impl SlotGuard<'_> {
+    /// The slot's index.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The entry.
+    pub fn get(&self) -> SlotEntry {
+        let s = &self.table.slots[self.index];
+        SlotEntry::unpack(s.handle.load(Relaxed), s.info.load(Relaxed))
+    }
+
+    /// Replaces the entry.
+    pub fn set(&mut self, entry: SlotEntry) {
+        let s = &self.table.slots[self.index];
+        s.handle.store(entry.handle, Relaxed);
+        s.info.store(entry.pack_info(), Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_round_trip_through_the_packing() {
+        let t = SlotTable::new(10);
+        let e = SlotEntry {
+            handle: u64::MAX - 5,
+            len: 4096,
+            flags: Flags::HUGE.with(Flags::IDLE),
+            prio: 3,
+            ac_time: u32::MAX,
+        };
+        let mut g = t.lock(7);
+        assert_eq!(g.get(), SlotEntry::default());
+        g.set(e);
+        assert_eq!(g.get(), e);
+        assert!(e.is_allocated());
+        assert!(!SlotEntry::default().is_allocated());
+    }
+}
