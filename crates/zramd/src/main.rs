@@ -5,6 +5,7 @@
 
 mod bench;
 mod classes;
+mod kernel;
 
 use clap::{Parser, Subcommand};
 
@@ -19,7 +20,8 @@ struct Cli {
 enum Command {
     /// Print the zsmalloc size-class table of an empty pool, in the kernel's format.
     Classes(classes::Args),
-    /// Run a measurement and print its figures.
+    /// Run a measurement and print its figures (`--input FILE`: the device; `pool`: the
+    /// allocator).
     Bench(bench::Args),
 }
 

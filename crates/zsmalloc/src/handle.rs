@@ -3,9 +3,9 @@
 //! Bit budget of a [`Handle`] (a `u64`):
 //!
 //! ```text
-//!  63   59 58       47 46        32 31         0
+//!  63   59 58       47 46        28 27         0
 //! [ magic ][   unit   ][ generation ][   slot    ]
-//!   5 bits   12 bits      15 bits       32 bits
+//!   5 bits   12 bits      19 bits       28 bits
 //! ```
 //!
 //! - `magic` is [`HANDLE_MAGIC`], so zero or a small integer is never a valid handle;
@@ -14,6 +14,8 @@
 //!   life;
 //! - `slot` indexes the unit's [`HandleTable`]; `generation` is the slot's generation when
 //!   the handle was issued: freeing bumps it, so a stale or double-freed handle is detected.
+//!   Freed slots are reused oldest first, so a stale handle could only come back to life
+//!   after 2^19 reuses of its slot, each after every other free slot was reused.
 //!
 //! A table entry (also a `u64`) is either *live*: bit 63 set, `generation` in bits 48..63, the
 //! zspage id in bits 16..48 and the object index in bits 0..16; or *free*: bit 63 clear,
@@ -28,9 +30,16 @@ const UNIT_SHIFT: u32 = 47;
 const UNIT_MASK: u64 = (1 << 12) - 1;
 /// Most class shards a pool can have (`unit` has 12 bits).
 pub const MAX_UNITS: usize = 1 << 12;
-const GEN_BITS: u32 = 15;
+const GEN_BITS: u32 = 19;
 const GEN_MASK: u64 = (1 << GEN_BITS) - 1;
-const NO_SLOT: u32 = u32::MAX;
+const GEN_SHIFT: u32 = 28;
+const SLOT_MASK: u64 = (1 << GEN_SHIFT) - 1;
+/// "No slot": the end of the free list, and one past the largest slot.
+const NO_SLOT: u32 = SLOT_MASK as u32;
+/// Entry layout: bit 63 live; generation in bits 44..63; zspage id in 12..44; object 0..12.
+const ENTRY_GEN_SHIFT: u32 = 44;
+const ENTRY_ZSPAGE_SHIFT: u32 = 12;
+const ENTRY_OBJ_MASK: u64 = (1 << ENTRY_ZSPAGE_SHIFT) - 1;
 const LIVE: u64 = 1 << 63;
 
 /// The stable name of an object in a pool.
@@ -44,7 +53,7 @@ impl Handle {
         Self(
             (HANDLE_MAGIC << MAGIC_SHIFT)
                 | ((unit as u64) << UNIT_SHIFT)
-                | (generation << 32)
+                | (generation << GEN_SHIFT)
                 | u64::from(slot),
         )
     }
@@ -56,8 +65,8 @@ impl Handle {
             return None;
         }
         let unit = ((self.0 >> UNIT_SHIFT) & UNIT_MASK) as usize;
-        let generation = (self.0 >> 32) & GEN_MASK;
-        let slot = (self.0 & 0xFFFF_FFFF) as u32;
+        let generation = (self.0 >> GEN_SHIFT) & GEN_MASK;
+        let slot = (self.0 & SLOT_MASK) as u32;
         Some((unit, generation, slot))
     }
 
@@ -95,6 +104,7 @@ pub(crate) struct Location {
 pub(crate) struct HandleTable {
     entries: Vec<u64>,
     free_head: u32,
+    free_tail: u32,
     live: usize,
 }
 
@@ -103,16 +113,19 @@ impl HandleTable {
         Self {
             entries: Vec::new(),
             free_head: NO_SLOT,
+            free_tail: NO_SLOT,
             live: 0,
         }
     }
 
     fn live_entry(generation: u64, loc: Location) -> u64 {
-        LIVE | (generation << 48) | (u64::from(loc.zspage) << 16) | u64::from(loc.obj)
+        LIVE | (generation << ENTRY_GEN_SHIFT)
+            | (u64::from(loc.zspage) << ENTRY_ZSPAGE_SHIFT)
+            | u64::from(loc.obj)
     }
 
     fn entry_gen(entry: u64) -> u64 {
-        (entry >> 48) & GEN_MASK
+        (entry >> ENTRY_GEN_SHIFT) & GEN_MASK
     }
 
     /// Takes a slot for a new object at `loc`; returns `(slot, generation)`.
@@ -126,7 +139,10 @@ impl HandleTable {
             slot
         } else {
             let slot = self.free_head;
-            self.free_head = (self.entries[slot as usize] & 0xFFFF_FFFF) as u32;
+            self.free_head = (self.entries[slot as usize] & SLOT_MASK) as u32;
+            if self.free_head == NO_SLOT {
+                self.free_tail = NO_SLOT;
+            }
             slot
         };
         let generation = Self::entry_gen(self.entries[slot as usize]);
@@ -139,8 +155,8 @@ impl HandleTable {
     pub fn get(&self, handle: Handle, slot: u32, generation: u64) -> Result<Location> {
         match self.entries.get(slot as usize) {
             Some(&e) if e & LIVE != 0 && Self::entry_gen(e) == generation => Ok(Location {
-                zspage: ((e >> 16) & 0xFFFF_FFFF) as u32,
-                obj: (e & 0xFFFF) as u16,
+                zspage: ((e >> ENTRY_ZSPAGE_SHIFT) & 0xFFFF_FFFF) as u32,
+                obj: (e & ENTRY_OBJ_MASK) as u16,
             }),
             _ => Err(Error::StaleHandle(handle)),
         }
@@ -157,8 +173,14 @@ impl HandleTable {
     pub fn free(&mut self, handle: Handle, slot: u32, generation: u64) -> Result<Location> {
         let loc = self.get(handle, slot, generation)?;
         let next_gen = (generation + 1) & GEN_MASK;
-        self.entries[slot as usize] = (next_gen << 48) | u64::from(self.free_head);
-        self.free_head = slot;
+        self.entries[slot as usize] = (next_gen << ENTRY_GEN_SHIFT) | u64::from(NO_SLOT);
+        if self.free_tail == NO_SLOT {
+            self.free_head = slot;
+        } else {
+            let tail = &mut self.entries[self.free_tail as usize];
+            *tail = (*tail & !SLOT_MASK) | u64::from(slot);
+        }
+        self.free_tail = slot;
         self.live -= 1;
         Ok(loc)
     }
@@ -179,8 +201,8 @@ impl HandleTable {
                     i as u32,
                     Self::entry_gen(e),
                     Location {
-                        zspage: ((e >> 16) & 0xFFFF_FFFF) as u32,
-                        obj: (e & 0xFFFF) as u16,
+                        zspage: ((e >> ENTRY_ZSPAGE_SHIFT) & 0xFFFF_FFFF) as u32,
+                        obj: (e & ENTRY_OBJ_MASK) as u16,
                     },
                 )
             })
@@ -198,8 +220,8 @@ mod tests {
 
     #[test]
     fn encode_decode_roundtrip() {
-        let h = Handle::encode(MAX_UNITS - 1, GEN_MASK, u32::MAX - 1);
-        assert_eq!(h.decode(), Some((MAX_UNITS - 1, GEN_MASK, u32::MAX - 1)));
+        let h = Handle::encode(MAX_UNITS - 1, GEN_MASK, NO_SLOT - 1);
+        assert_eq!(h.decode(), Some((MAX_UNITS - 1, GEN_MASK, NO_SLOT - 1)));
         assert_eq!(Handle::from_raw(0).decode(), None);
         assert_eq!(Handle::from_raw(12345).decode(), None);
     }

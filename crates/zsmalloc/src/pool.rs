@@ -689,10 +689,10 @@ fn migrate(inner: &mut ClassInner, geom: &ClassGeometry, src_id: u32, dst_id: u3
             src.huge_slot
         } else {
             let word = header(src.run.bytes(), size, obj);
-            if !is_allocated(word) {
-                continue;
+            match Handle::from_raw(word).decode() {
+                Some((_, _, slot)) => slot,
+                None => continue,
             }
-            (word & 0xFFFF_FFFF) as u32
         };
         let new_obj = dst.take_free(size, huge);
         let (from, to) = (obj * size, new_obj as usize * size);

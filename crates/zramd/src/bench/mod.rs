@@ -1,11 +1,15 @@
 //! `zramd bench`: the lab's measurements, each printing figures measured side by side.
 
+mod device;
 mod pool;
 
 #[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct Args {
     #[command(subcommand)]
-    what: What,
+    what: Option<What>,
+    #[command(flatten)]
+    device: device::Args,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -16,6 +20,7 @@ enum What {
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
     match &args.what {
-        What::Pool(a) => pool::run(a),
+        Some(What::Pool(a)) => pool::run(a),
+        None => device::run(&args.device),
     }
 }

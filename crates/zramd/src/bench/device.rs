@@ -1,0 +1,241 @@
+//! `zramd bench --input FILE`: a file written through a device page by page, read back and
+//! verified, on zramd and — when root and the kernel offers the algorithm — on a hot-added
+//! kernel zram device with direct I/O and the same number of streams, side by side.
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::{FileExt as _, OpenOptionsExt as _};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context as _, bail};
+use serde::Serialize;
+use zram::{Algorithm, AlgorithmParams, Zram, ZramConfig};
+
+use crate::kernel::{KernelZram, unavailable_reason};
+
+const PAGE: usize = 4096;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The file to store (e.g. the Linux source tarball).
+    #[arg(long)]
+    input: Option<PathBuf>,
+    /// Compression algorithm: lz4, zstd, lzo, lzo-rle.
+    #[arg(long, default_value = "lz4")]
+    algorithm: Algorithm,
+    /// zsmalloc chain size.
+    #[arg(long, default_value_t = zsmalloc::class::DEFAULT_CHAIN_SIZE)]
+    chain_size: usize,
+    /// Streams (threads) writing and reading at once.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Run {
+    write_mb_s: f64,
+    read_mb_s: f64,
+    mm_stat: Vec<u64>,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    zramd: Run,
+    kernel: Option<Run>,
+}
+
+/// Page-aligned copy of the input, padded to whole pages (direct I/O needs alignment).
+struct Aligned {
+    buf: Vec<u8>,
+    start: usize,
+    len: usize,
+}
+
+impl Aligned {
+    fn zeroed(len: usize) -> Self {
+        let buf = vec![0u8; len + PAGE];
+        let start = (PAGE - buf.as_ptr() as usize % PAGE) % PAGE;
+        Self { buf, start, len }
+    }
+    fn bytes(&self) -> &[u8] {
+        &self.buf[self.start..self.start + self.len]
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.buf[self.start..self.start + self.len]
+    }
+}
+
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    let Some(input) = &args.input else {
+        bail!("bench needs --input FILE (or a subcommand: pool)");
+    };
+    if args.threads == 0 {
+        bail!("--threads must be at least 1");
+    }
+    let raw = std::fs::read(input).with_context(|| format!("read {}", input.display()))?;
+    if raw.is_empty() {
+        bail!("{} is empty", input.display());
+    }
+    let mut data = Aligned::zeroed(raw.len().next_multiple_of(PAGE));
+    data.bytes_mut()[..raw.len()].copy_from_slice(&raw);
+    drop(raw);
+    let data = data;
+
+    let ours = run_zramd(args, data.bytes())?;
+    let kernel = match unavailable_reason(args.algorithm.name()) {
+        None => Some(run_kernel(args, data.bytes())?),
+        Some(why) => {
+            if !args.json {
+                println!("kernel zram: skipped ({why})");
+            }
+            None
+        }
+    };
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string(&Report {
+                zramd: ours,
+                kernel
+            })?
+        );
+        return Ok(());
+    }
+    let mb = data.len as f64 / 1e6;
+    println!(
+        "input {} ({:.1} MB), {} , chain {}, {} stream(s)",
+        input.display(),
+        mb,
+        args.algorithm,
+        args.chain_size,
+        args.threads
+    );
+    print_run("zramd ", &ours);
+    if let Some(k) = &kernel {
+        print_run("kernel", k);
+        println!(
+            "zramd/kernel: write {:.2}x, read {:.2}x, mem_used_total {:.3}x, compr_data_size {:.3}x",
+            ours.write_mb_s / k.write_mb_s,
+            ours.read_mb_s / k.read_mb_s,
+            ours.mm_stat[2] as f64 / k.mm_stat[2] as f64,
+            ours.mm_stat[1] as f64 / k.mm_stat[1] as f64
+        );
+    }
+    Ok(())
+}
+
+fn print_run(name: &str, r: &Run) {
+    let ratio = r.mm_stat[0] as f64 / r.mm_stat[2].max(1) as f64;
+    let line: Vec<String> = r.mm_stat.iter().map(|v| format!("{v:8}")).collect();
+    println!(
+        "{name}: write {:8.1} MB/s  read {:8.1} MB/s  ratio {:.3}  mm_stat {}",
+        r.write_mb_s,
+        r.read_mb_s,
+        ratio,
+        line.join(" ")
+    );
+}
+
+/// Splits `pages` pages into `threads` contiguous ranges.
+fn ranges(pages: usize, threads: usize) -> Vec<std::ops::Range<usize>> {
+    let per = pages.div_ceil(threads);
+    (0..threads)
+        .map(|t| (t * per).min(pages)..((t + 1) * per).min(pages))
+        .collect()
+}
+
+/// Runs `f(range)` on one thread per range; returns the wall time in seconds.
+fn timed(
+    pages: usize,
+    threads: usize,
+    f: impl Fn(std::ops::Range<usize>) -> anyhow::Result<()> + Sync,
+) -> anyhow::Result<f64> {
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        let hs: Vec<_> = ranges(pages, threads)
+            .into_iter()
+            .map(|r| {
+                let f = &f;
+                s.spawn(move || f(r))
+            })
+            .collect();
+        hs.into_iter().try_for_each(|h| {
+            h.join()
+                .map_err(|_| anyhow::anyhow!("bench thread panicked"))?
+        })
+    })?;
+    Ok(start.elapsed().as_secs_f64())
+}
+
+fn run_zramd(args: &Args, data: &[u8]) -> anyhow::Result<Run> {
+    let pages = data.len() / PAGE;
+    let dev = Zram::new(ZramConfig {
+        disksize: data.len() as u64,
+        algorithm: args.algorithm,
+        params: AlgorithmParams::default(),
+        chain_size: args.chain_size,
+        ..ZramConfig::default()
+    })?;
+    let write = timed(pages, args.threads, |r| {
+        for p in r {
+            dev.write((p * PAGE) as u64, &data[p * PAGE..(p + 1) * PAGE])?;
+        }
+        Ok(())
+    })?;
+    let read = timed(pages, args.threads, |r| {
+        let mut buf = vec![0u8; PAGE];
+        for p in r {
+            dev.read((p * PAGE) as u64, &mut buf)?;
+            if buf != data[p * PAGE..(p + 1) * PAGE] {
+                bail!("zramd: page {p} read back differs");
+            }
+        }
+        Ok(())
+    })?;
+    let mm = dev.mm_stat();
+    Ok(Run {
+        write_mb_s: data.len() as f64 / 1e6 / write,
+        read_mb_s: data.len() as f64 / 1e6 / read,
+        mm_stat: mm.fields().to_vec(),
+    })
+}
+
+fn run_kernel(args: &Args, data: &[u8]) -> anyhow::Result<Run> {
+    let pages = data.len() / PAGE;
+    let dev = KernelZram::with(args.algorithm.name(), data.len() as u64)?;
+    let open = || {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(dev.dev_path())
+            .with_context(|| format!("open {} with O_DIRECT", dev.dev_path().display()))
+    };
+    let write = timed(pages, args.threads, |r| {
+        let f = open()?;
+        for p in r {
+            f.write_all_at(&data[p * PAGE..(p + 1) * PAGE], (p * PAGE) as u64)?;
+        }
+        Ok(())
+    })?;
+    let read = timed(pages, args.threads, |r| {
+        let f = open()?;
+        let mut buf = Aligned::zeroed(PAGE);
+        for p in r {
+            f.read_exact_at(buf.bytes_mut(), (p * PAGE) as u64)?;
+            if buf.bytes() != &data[p * PAGE..(p + 1) * PAGE] {
+                bail!("kernel zram: page {p} read back differs");
+            }
+        }
+        Ok(())
+    })?;
+    let mm_stat = dev.mm_stat()?;
+    Ok(Run {
+        write_mb_s: data.len() as f64 / 1e6 / write,
+        read_mb_s: data.len() as f64 / 1e6 / read,
+        mm_stat,
+    })
+}

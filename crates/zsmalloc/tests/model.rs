@@ -1,0 +1,394 @@
+//! Model test: random operation sequences against a `HashMap<Handle, Vec<u8>>`, with
+//! `check_invariants()` after every step and every object's contents read back exactly,
+//! for chain sizes 1, 4, 8 and 16. Stale and double-free attempts must fail and change
+//! nothing; compaction must keep every object's bytes behind its handle.
+
+use std::collections::HashMap;
+
+use proptest::prelude::*;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use zsmalloc::{Error, Handle, Pool, PoolConfig};
+
+/// How a malloc size is chosen; `NearHuge` is relative to the pool's `huge_class_size`.
+#[derive(Debug, Clone, Copy)]
+enum SizeSel {
+    Exact(usize),
+    NearHuge(isize),
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Malloc(SizeSel),
+    /// Many objects of one size, so that classes get several zspages.
+    Burst(SizeSel, usize),
+    /// Write `len_sel` bytes (see `write_len`) generated from `seed` to a live object.
+    Write(usize, u16, u64),
+    Read(usize),
+    Free(usize),
+    /// Free a random share (in per mille) of the live objects.
+    FreeMany(u16, u64),
+    /// Free, read, write, capacity on an already freed handle.
+    Stale(usize),
+    /// Write one byte past the object's capacity.
+    WriteTooLarge(usize),
+    Compact,
+}
+
+fn size_sel() -> impl Strategy<Value = SizeSel> {
+    prop_oneof![
+        Just(SizeSel::Exact(1)),
+        (2usize..=32).prop_map(SizeSel::Exact),
+        (33usize..=512).prop_map(SizeSel::Exact),
+        (513usize..=3000).prop_map(SizeSel::Exact),
+        (-24isize..=24).prop_map(SizeSel::NearHuge),
+        (3800usize..=4096).prop_map(SizeSel::Exact),
+        Just(SizeSel::Exact(4096)),
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => size_sel().prop_map(Op::Malloc),
+        1 => (size_sel(), 1usize..80).prop_map(|(s, n)| Op::Burst(s, n)),
+        5 => (any::<usize>(), any::<u16>(), any::<u64>()).prop_map(|(i, l, s)| Op::Write(i, l, s)),
+        3 => any::<usize>().prop_map(Op::Read),
+        4 => any::<usize>().prop_map(Op::Free),
+        1 => (0u16..=1000, any::<u64>()).prop_map(|(f, s)| Op::FreeMany(f, s)),
+        2 => any::<usize>().prop_map(Op::Stale),
+        1 => any::<usize>().prop_map(Op::WriteTooLarge),
+        2 => Just(Op::Compact),
+    ]
+}
+
+fn resolve(sel: SizeSel, huge: usize) -> usize {
+    match sel {
+        SizeSel::Exact(s) => s,
+        SizeSel::NearHuge(d) => huge.saturating_add_signed(d).clamp(1, 4096),
+    }
+}
+
+/// Lengths biased to the edges: the whole capacity, nothing, one byte, or anything.
+fn write_len(sel: u16, cap: usize) -> usize {
+    match sel % 5 {
+        0 => cap,
+        1 => 0,
+        2 => 1.min(cap),
+        _ => usize::from(sel) % (cap + 1),
+    }
+}
+
+fn bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut v = vec![0u8; len];
+    rng.fill(&mut v[..]);
+    v
+}
+
+/// The pool under test, the model, and the handles in a stable order for picking.
+struct Harness {
+    pool: Pool,
+    model: HashMap<Handle, Vec<u8>>,
+    live: Vec<Handle>,
+    stale: Vec<Handle>,
+}
+
+impl Harness {
+    fn new(chain: usize, shards: usize) -> Self {
+        Self {
+            pool: Pool::with_config(PoolConfig {
+                chain_size: chain,
+                populate: false,
+                shards,
+                ..PoolConfig::default()
+            })
+            .unwrap(),
+            model: HashMap::new(),
+            live: Vec::new(),
+            stale: Vec::new(),
+        }
+    }
+
+    fn pick(&self, i: usize) -> Option<Handle> {
+        (!self.live.is_empty()).then(|| self.live[i % self.live.len()])
+    }
+
+    fn malloc(&mut self, size: usize) -> Result<(), TestCaseError> {
+        let h = self
+            .pool
+            .malloc(size)
+            .map_err(|e| fail(format!("malloc({size}): {e}")))?;
+        prop_assert!(!self.model.contains_key(&h), "handle {h} issued twice");
+        let cap = self.pool.capacity(h).unwrap();
+        prop_assert!(cap >= size, "capacity {cap} < size {size}");
+        prop_assert_eq!(cap, self.pool.lookup_class(size).unwrap().capacity());
+        self.model.insert(h, Vec::new());
+        self.live.push(h);
+        Ok(())
+    }
+
+    fn free(&mut self, pos: usize) -> Result<(), TestCaseError> {
+        let h = self.live.swap_remove(pos);
+        self.model.remove(&h);
+        self.pool
+            .free(h)
+            .map_err(|e| fail(format!("free({h}): {e}")))?;
+        self.stale.push(h);
+        Ok(())
+    }
+
+    fn verify(&self, h: Handle) -> Result<(), TestCaseError> {
+        let want = &self.model[&h];
+        let mut got = vec![0u8; want.len()];
+        self.pool
+            .read(h, &mut got)
+            .map_err(|e| fail(format!("read({h}): {e}")))?;
+        prop_assert!(&got == want, "handle {h}: contents differ");
+        let same = self
+            .pool
+            .with_object(h, want.len(), |b| b == &want[..])
+            .map_err(|e| fail(format!("with_object({h}): {e}")))?;
+        prop_assert!(same, "handle {h}: with_object contents differ");
+        Ok(())
+    }
+
+    fn verify_all(&self) -> Result<(), TestCaseError> {
+        for &h in &self.live {
+            self.verify(h)?;
+        }
+        Ok(())
+    }
+
+    /// Pool-wide counters agree with the model.
+    fn check_counters(&self) -> Result<(), TestCaseError> {
+        self.pool.check_invariants().map_err(fail)?;
+        let stats = self.pool.stats();
+        prop_assert_eq!(stats.obj_used, self.model.len());
+        prop_assert!(stats.obj_allocated >= stats.obj_used);
+        prop_assert_eq!(stats.pages_allocated, self.pool.total_pages());
+        let rows = self.pool.class_stats();
+        let pages: usize = rows.iter().map(|r| r.pages_used).sum();
+        prop_assert_eq!(pages, self.pool.total_pages());
+        let freeable: usize = rows.iter().map(|r| r.freeable).sum();
+        prop_assert_eq!(freeable, self.pool.freeable_pages());
+        if self.model.is_empty() {
+            prop_assert_eq!(self.pool.total_pages(), 0, "an empty pool holds no pages");
+        }
+        Ok(())
+    }
+
+    fn step(&mut self, op: &Op) -> Result<(), TestCaseError> {
+        let huge = self.pool.huge_class_size();
+        match *op {
+            Op::Malloc(sel) => self.malloc(resolve(sel, huge))?,
+            Op::Burst(sel, n) => {
+                let size = resolve(sel, huge);
+                for _ in 0..n {
+                    self.malloc(size)?;
+                }
+            }
+            Op::Write(i, len_sel, seed) => {
+                if let Some(h) = self.pick(i) {
+                    let cap = self.pool.capacity(h).unwrap();
+                    let data = bytes(seed, write_len(len_sel, cap));
+                    self.pool
+                        .write(h, &data)
+                        .map_err(|e| fail(format!("write: {e}")))?;
+                    let m = self.model.get_mut(&h).unwrap();
+                    if m.len() < data.len() {
+                        m.resize(data.len(), 0);
+                    }
+                    m[..data.len()].copy_from_slice(&data);
+                    self.verify(h)?;
+                }
+            }
+            Op::Read(i) => {
+                if let Some(h) = self.pick(i) {
+                    self.verify(h)?;
+                }
+            }
+            Op::Free(i) => {
+                if !self.live.is_empty() {
+                    self.free(i % self.live.len())?;
+                }
+            }
+            Op::FreeMany(per_mille, seed) => {
+                let mut rng = StdRng::seed_from_u64(seed);
+                let mut i = 0;
+                while i < self.live.len() {
+                    if rng.gen_range(0..1000) < per_mille {
+                        self.free(i)?;
+                    } else {
+                        i += 1;
+                    }
+                }
+            }
+            Op::Stale(i) => {
+                if !self.stale.is_empty() {
+                    let h = self.stale[i % self.stale.len()];
+                    let before = (self.pool.total_pages(), self.pool.stats().obj_used);
+                    prop_assert!(matches!(self.pool.free(h), Err(Error::StaleHandle(x)) if x == h));
+                    prop_assert!(matches!(
+                        self.pool.read(h, &mut [0u8; 1]),
+                        Err(Error::StaleHandle(_))
+                    ));
+                    prop_assert!(matches!(
+                        self.pool.write(h, b"x"),
+                        Err(Error::StaleHandle(_))
+                    ));
+                    prop_assert!(matches!(self.pool.capacity(h), Err(Error::StaleHandle(_))));
+                    prop_assert!(matches!(
+                        self.pool.with_object(h, 0, |_| ()),
+                        Err(Error::StaleHandle(_))
+                    ));
+                    let after = (self.pool.total_pages(), self.pool.stats().obj_used);
+                    prop_assert_eq!(before, after);
+                    self.verify_all()?;
+                }
+            }
+            Op::WriteTooLarge(i) => {
+                if let Some(h) = self.pick(i) {
+                    let cap = self.pool.capacity(h).unwrap();
+                    let r = self.pool.write(h, &vec![0xEE; cap + 1]);
+                    prop_assert!(
+                        matches!(r, Err(Error::TooLarge { len, capacity }) if len == cap + 1 && capacity == cap),
+                        "write of cap+1: {:?}",
+                        r
+                    );
+                    self.verify(h)?;
+                }
+            }
+            Op::Compact => {
+                let before = self.pool.total_pages();
+                let freeable = self.pool.freeable_pages();
+                let compacted = self.pool.stats().pages_compacted;
+                let freed = self.pool.compact();
+                prop_assert_eq!(self.pool.total_pages(), before - freed);
+                prop_assert_eq!(freed, freeable, "compact frees exactly the freeable pages");
+                prop_assert_eq!(self.pool.freeable_pages(), 0);
+                prop_assert_eq!(self.pool.stats().pages_compacted, compacted + freed as u64);
+                self.verify_all()?;
+            }
+        }
+        self.check_counters()
+    }
+}
+
+fn fail(msg: impl Into<String>) -> TestCaseError {
+    TestCaseError::fail(msg.into())
+}
+
+fn run(chain: usize, shards: usize, ops: &[Op]) -> Result<(), TestCaseError> {
+    let mut h = Harness::new(chain, shards);
+    for op in ops {
+        h.step(op)?;
+    }
+    h.step(&Op::Compact)?;
+    h.verify_all()?;
+    while !h.live.is_empty() {
+        h.free(0)?;
+    }
+    h.check_counters()?;
+    prop_assert_eq!(h.pool.total_pages(), 0);
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn model_chain_1(ops in prop::collection::vec(op(), 1..300)) {
+        run(1, 1, &ops)?;
+    }
+
+    #[test]
+    fn model_chain_4(ops in prop::collection::vec(op(), 1..300)) {
+        run(4, 1, &ops)?;
+    }
+
+    #[test]
+    fn model_chain_8_three_shards(ops in prop::collection::vec(op(), 1..300)) {
+        run(8, 3, &ops)?;
+    }
+
+    #[test]
+    fn model_chain_16(ops in prop::collection::vec(op(), 1..300)) {
+        run(16, 1, &ops)?;
+    }
+}
+
+/// Deterministic: many small objects, most freed at random, then compaction must move the
+/// survivors into fewer zspages (freeing pages) without changing what their handles read.
+#[test]
+fn compaction_moves_objects_and_keeps_contents() {
+    for chain in [1, 4, 8, 16] {
+        let pool = Pool::with_config(PoolConfig {
+            chain_size: chain,
+            populate: false,
+            shards: 1,
+            ..PoolConfig::default()
+        })
+        .unwrap();
+        let mut rng = StdRng::seed_from_u64(0x5eed + chain as u64);
+        let mut objs: Vec<(Handle, Vec<u8>)> = (0..20_000)
+            .map(|i| {
+                let size = rng.gen_range(16..=400);
+                let h = pool.malloc(size).unwrap();
+                let mut data = vec![0u8; size];
+                rng.fill(&mut data[..]);
+                data[..8].copy_from_slice(&(i as u64).to_le_bytes());
+                pool.write(h, &data).unwrap();
+                (h, data)
+            })
+            .collect();
+        objs.shuffle(&mut rng);
+        for (h, _) in objs.drain(..16_000) {
+            pool.free(h).unwrap();
+        }
+        pool.check_invariants().unwrap();
+        let before = pool.total_pages();
+        let freeable = pool.freeable_pages();
+        assert!(freeable > 0, "chain {chain}: nothing to compact");
+        assert_eq!(pool.stats().pages_compacted, 0);
+
+        let freed = pool.compact();
+        pool.check_invariants().unwrap();
+        assert!(freed > 0, "chain {chain}: compaction freed nothing");
+        assert_eq!(freed, freeable, "chain {chain}");
+        assert_eq!(pool.total_pages(), before - freed);
+        assert_eq!(pool.freeable_pages(), 0);
+        assert_eq!(pool.stats().pages_compacted, freed as u64);
+        // Occupied zspages are now nearly full: per class, fewer than one zspage of holes.
+        for row in pool.class_stats() {
+            let c = pool.classes().class_at_index(row.index).unwrap();
+            assert!(
+                row.obj_allocated - row.obj_used < c.objs_per_zspage,
+                "chain {chain}: class {} still has {} holes",
+                row.index,
+                row.obj_allocated - row.obj_used
+            );
+        }
+        for (h, data) in &objs {
+            let mut got = vec![0u8; data.len()];
+            pool.read(*h, &mut got).unwrap();
+            assert_eq!(&got, data, "chain {chain}: handle {h} after compaction");
+        }
+        // A second compaction has nothing left to do.
+        assert_eq!(pool.compact(), 0);
+        assert_eq!(pool.stats().pages_compacted, freed as u64);
+        // The survivors are still writable and freeable through their handles.
+        for (h, data) in &objs {
+            pool.write(*h, &data.iter().rev().copied().collect::<Vec<_>>())
+                .unwrap();
+        }
+        for (h, data) in objs {
+            let mut got = vec![0u8; data.len()];
+            pool.read(h, &mut got).unwrap();
+            assert!(got.iter().eq(data.iter().rev()));
+            pool.free(h).unwrap();
+        }
+        pool.check_invariants().unwrap();
+        assert_eq!(pool.total_pages(), 0);
+    }
+}

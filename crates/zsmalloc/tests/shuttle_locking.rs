@@ -1,0 +1,203 @@
+//! Model-checks the locking protocol with `shuttle`: malloc, write, read and free racing with
+//! compaction on a small pool, under many thread interleavings. Every read must return what
+//! its thread wrote and the pool's identities must hold at the end.
+//!
+//! Built only with `--cfg shuttle` (the crate's `sync` shim then uses shuttle's locks):
+//! `RUSTFLAGS="--cfg shuttle" cargo test -p zsmalloc --release --test shuttle_locking`.
+#![cfg(shuttle)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use shuttle::thread;
+use zsmalloc::{Handle, Pool, PoolConfig};
+
+/// With chain 4, 2700-byte objects live in class 168 (2720 bytes): 3 objects per 2 pages,
+/// so a handful of objects spread over several zspages and compaction has work to do.
+const BIG: usize = 2700;
+const SMALL: usize = 40;
+
+/// Explored schedules in which compaction freed pages, i.e. moved an object while the other
+/// threads were using the pool (plain std atomics: outside the model, only counted).
+static COMPACTED: AtomicUsize = AtomicUsize::new(0);
+static RUNS: AtomicUsize = AtomicUsize::new(0);
+
+fn fill(h: Handle, tag: u8, len: usize) -> Vec<u8> {
+    let seed = h.to_raw() as u8 ^ tag;
+    (0..len).map(|i| seed.wrapping_add(i as u8)).collect()
+}
+
+fn check(pool: &Pool, h: Handle, want: &[u8]) {
+    let mut got = vec![0u8; want.len()];
+    pool.read(h, &mut got).unwrap();
+    assert!(got == want, "handle {h}: read back different bytes");
+}
+
+fn scenario() {
+    let pool = Arc::new(
+        Pool::with_config(PoolConfig {
+            chain_size: 4,
+            populate: false,
+            shards: 1,
+            ..PoolConfig::default()
+        })
+        .unwrap(),
+    );
+    let class = pool.lookup_class(BIG).unwrap();
+    assert_eq!((class.pages_per_zspage, class.objs_per_zspage), (2, 3));
+
+    // Nine objects in three zspages; free four so that two zspages hold one object each:
+    // compaction can then move one object and free a zspage.
+    let mut objs: Vec<(Handle, Vec<u8>)> = (0..9)
+        .map(|_| {
+            let h = pool.malloc(BIG).unwrap();
+            let data = fill(h, 0, BIG);
+            pool.write(h, &data).unwrap();
+            (h, data)
+        })
+        .collect();
+    for i in [4, 3, 1, 0] {
+        let (h, _) = objs.remove(i);
+        pool.free(h).unwrap();
+    }
+    assert!(pool.freeable_pages() > 0);
+    pool.check_invariants().unwrap();
+    // objs: [a, b, c, d, e]; thread 1 owns a and b, thread 2 owns e, c and d are shared.
+    let [a, b, c, d, e]: [(Handle, Vec<u8>); 5] = objs.try_into().unwrap();
+    let shared = Arc::new([c, d]);
+
+    let compactor = {
+        let pool = Arc::clone(&pool);
+        thread::spawn(move || {
+            let freed = pool.compact();
+            pool.compact() + freed
+        })
+    };
+    let t1 = {
+        let pool = Arc::clone(&pool);
+        let shared = Arc::clone(&shared);
+        thread::spawn(move || {
+            check(&pool, a.0, &a.1);
+            let a2 = fill(a.0, 1, BIG);
+            pool.write(a.0, &a2).unwrap();
+            check(&pool, shared[0].0, &shared[0].1);
+            let h = pool.malloc(BIG).unwrap();
+            let data = fill(h, 2, BIG);
+            pool.write(h, &data).unwrap();
+            check(&pool, a.0, &a2);
+            check(&pool, b.0, &b.1);
+            check(&pool, h, &data);
+            pool.free(h).unwrap();
+            vec![(a.0, a2), b]
+        })
+    };
+    let t2 = {
+        let pool = Arc::clone(&pool);
+        let shared = Arc::clone(&shared);
+        thread::spawn(move || {
+            check(&pool, e.0, &e.1);
+            pool.free(e.0).unwrap();
+            let h = pool.malloc(SMALL).unwrap();
+            let data = fill(h, 3, SMALL);
+            pool.write(h, &data).unwrap();
+            check(&pool, shared[1].0, &shared[1].1);
+            assert!(
+                pool.with_object(shared[0].0, BIG, |bytes| bytes == &shared[0].1[..])
+                    .unwrap()
+            );
+            check(&pool, h, &data);
+            assert!(pool.free(e.0).is_err(), "double free accepted");
+            vec![(h, data)]
+        })
+    };
+
+    let freed = compactor.join().unwrap();
+    RUNS.fetch_add(1, Ordering::Relaxed);
+    if freed > 0 {
+        COMPACTED.fetch_add(1, Ordering::Relaxed);
+    }
+    let mut live = t1.join().unwrap();
+    live.extend(t2.join().unwrap());
+    live.extend(shared.iter().cloned());
+
+    pool.check_invariants().unwrap();
+    assert_eq!(pool.stats().obj_used, live.len());
+    assert_eq!(pool.stats().pages_compacted, freed as u64);
+    for (h, data) in &live {
+        check(&pool, *h, data);
+    }
+    pool.compact();
+    assert_eq!(pool.freeable_pages(), 0);
+    for (h, data) in live {
+        check(&pool, h, &data);
+        pool.free(h).unwrap();
+    }
+    pool.check_invariants().unwrap();
+    assert_eq!(pool.total_pages(), 0);
+}
+
+/// Both strategies in one test, so that the counters see only this scenario.
+#[test]
+fn malloc_write_read_free_race_compaction() {
+    shuttle::check_random(scenario, 20_000);
+    shuttle::check_pct(scenario, 20_000, 3);
+    let (runs, compacted) = (
+        RUNS.load(Ordering::Relaxed),
+        COMPACTED.load(Ordering::Relaxed),
+    );
+    println!("{runs} schedules, compaction moved objects in {compacted}");
+    assert_eq!(runs, 40_000);
+    assert!(compacted > 0, "compaction never had work to do");
+}
+
+/// Many small operations per thread on one class: malloc/free churn racing with compaction.
+#[test]
+fn churn_random_schedules() {
+    shuttle::check_random(
+        || {
+            let pool = Arc::new(
+                Pool::with_config(PoolConfig {
+                    chain_size: 1,
+                    populate: false,
+                    shards: 1,
+                    ..PoolConfig::default()
+                })
+                .unwrap(),
+            );
+            // 1500-byte objects: 2 per one-page zspage with chain 1.
+            let threads: Vec<_> = (0..2u8)
+                .map(|t| {
+                    let pool = Arc::clone(&pool);
+                    thread::spawn(move || {
+                        let mut mine = Vec::new();
+                        for i in 0..4u8 {
+                            let h = pool.malloc(1500).unwrap();
+                            let data = fill(h, t * 16 + i, 1500);
+                            pool.write(h, &data).unwrap();
+                            mine.push((h, data));
+                        }
+                        for (h, _) in mine.drain(..2) {
+                            pool.free(h).unwrap();
+                        }
+                        pool.compact();
+                        for (h, data) in &mine {
+                            check(&pool, *h, data);
+                        }
+                        mine
+                    })
+                })
+                .collect();
+            let live: Vec<_> = threads
+                .into_iter()
+                .flat_map(|t| t.join().unwrap())
+                .collect();
+            pool.check_invariants().unwrap();
+            for (h, data) in live {
+                check(&pool, h, &data);
+                pool.free(h).unwrap();
+            }
+            assert_eq!(pool.total_pages(), 0);
+        },
+        20_000,
+    );
+}
