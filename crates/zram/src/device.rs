@@ -34,6 +34,9 @@ pub struct ZramConfig {
     pub params: AlgorithmParams,
     /// zsmalloc chain size (pages per zspage at most).
     pub chain_size: usize,
+    /// zsmalloc zspage-length rule. Devices default to the current kernel's (min-waste), so
+    /// that side-by-side runs against the kernel's zram compare like with like.
+    pub geometry: zsmalloc::Geometry,
     /// Memory limit in bytes (0 = none).
     pub mem_limit: u64,
     /// Background compaction (beyond the kernel); `None` turns it off.
@@ -47,6 +50,7 @@ impl Default for ZramConfig {
             algorithm: Algorithm::Lz4,
             params: AlgorithmParams::default(),
             chain_size: zsmalloc::class::DEFAULT_CHAIN_SIZE,
+            geometry: zsmalloc::Geometry::MinWaste,
             mem_limit: 0,
             auto_compact: Some(AutoCompact::default()),
         }
@@ -72,6 +76,9 @@ pub struct Zram {
 thread_local! {
     /// Per-thread scratch for compressed bytes (the kernel's per-CPU stream buffer).
     static SCRATCH: RefCell<Vec<u8>> = RefCell::new(Vec::with_capacity(2 * PAGE_SIZE));
+    /// Per-thread page for partial-page read-modify-write and for compressed bytes being
+    /// decompressed.
+    static PAGE: RefCell<Box<[u8; PAGE_SIZE]>> = RefCell::new(Box::new([0; PAGE_SIZE]));
 }
 
 /// The fill word of a same-filled page, if it is one.
@@ -101,6 +108,7 @@ impl Zram {
             .map_err(|_| Error::InvalidSize(config.disksize.to_string()))?;
         let pool = Arc::new(Pool::with_config(PoolConfig {
             chain_size: config.chain_size,
+            geometry: config.geometry,
             ..PoolConfig::default()
         })?);
         let codecs = CodecPool::new(config.algorithm, config.params.clone())?;
@@ -190,12 +198,12 @@ impl Zram {
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.check_range(offset, buf.len() as u64)?;
         Counters::add(&self.counters.num_reads, 1);
-        let mut page = [0u8; PAGE_SIZE];
         Self::for_pages(offset, buf.len(), |index, in_page, range| {
             let g = self.table.lock(index);
             if range.len() == PAGE_SIZE {
                 self.read_slot(&g, &mut buf[range])
             } else {
+                let mut page = [0u8; PAGE_SIZE];
                 self.read_slot(&g, &mut page)?;
                 buf[range.clone()].copy_from_slice(&page[in_page..in_page + range.len()]);
                 Ok(())
@@ -208,12 +216,12 @@ impl Zram {
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
         self.check_range(offset, data.len() as u64)?;
         Counters::add(&self.counters.num_writes, 1);
-        let mut page = [0u8; PAGE_SIZE];
         Self::for_pages(offset, data.len(), |index, in_page, range| {
             let mut g = self.table.lock(index);
             if range.len() == PAGE_SIZE {
                 self.store(&mut g, &data[range])
             } else {
+                let mut page = [0u8; PAGE_SIZE];
                 self.read_slot(&g, &mut page)?;
                 page[in_page..in_page + range.len()].copy_from_slice(&data[range]);
                 self.store(&mut g, &page)
@@ -243,7 +251,6 @@ impl Zram {
     /// partial pages are rewritten.
     pub fn write_zeroes(&self, offset: u64, len: u64) -> Result<()> {
         self.check_range(offset, len)?;
-        let mut page = [0u8; PAGE_SIZE];
         let len = usize::try_from(len).map_err(|_| Error::InvalidSize(len.to_string()))?;
         Self::for_pages(offset, len, |index, in_page, range| {
             let mut g = self.table.lock(index);
@@ -251,6 +258,7 @@ impl Zram {
                 self.free_slot(&mut g);
                 Ok(())
             } else {
+                let mut page = [0u8; PAGE_SIZE];
                 self.read_slot(&g, &mut page)?;
                 page[in_page..in_page + range.len()].fill(0);
                 self.store(&mut g, &page)
@@ -295,10 +303,11 @@ impl Zram {
         if e.len == PAGE_SIZE {
             return Ok(self.pool.read(handle, out)?);
         }
-        let mut compressed = [0u8; PAGE_SIZE];
-        self.pool.read(handle, &mut compressed[..e.len])?;
-        self.codecs
-            .with(|c| c.decompress(&compressed[..e.len], out))?
+        PAGE.with(|page| {
+            let compressed = &mut page.borrow_mut()[..e.len];
+            self.pool.read(handle, compressed)?;
+            self.codecs.with(|c| c.decompress(compressed, out))?
+        })
     }
 
     /// Stores a whole page into a locked slot.

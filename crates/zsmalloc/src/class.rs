@@ -60,7 +60,52 @@ impl ClassGeometry {
     }
 }
 
-/// The kernel's rule: the zspage length (in pages, up to `chain_size`) with the highest
+/// How the zspage length of a class is chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Geometry {
+    /// The seed's rule (kernels up to 6.2, `get_pages_per_zspage`): the highest integer
+    /// used-percentage, first maximum wins. Chain sizes 4, 8, 16 give 69, 123, 191 classes.
+    #[default]
+    Seed,
+    /// The rule of kernels 6.3 and later (`calculate_zspage_chain_size`): the length with the
+    /// least wasted bytes, one page for power-of-two sizes. Packs small objects tighter.
+    MinWaste,
+}
+
+impl Geometry {
+    /// The zspage length for a class size under this rule.
+    pub fn pages_per_zspage(self, class_size: usize, chain_size: usize) -> usize {
+        match self {
+            Geometry::Seed => pages_per_zspage(class_size, chain_size),
+            Geometry::MinWaste => pages_per_zspage_min_waste(class_size, chain_size),
+        }
+    }
+}
+
+impl std::str::FromStr for Geometry {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "seed" => Ok(Geometry::Seed),
+            "min-waste" => Ok(Geometry::MinWaste),
+            _ => Err(format!("unknown geometry {s:?} (seed, min-waste)")),
+        }
+    }
+}
+
+/// Kernel 6.3+'s rule: the zspage length (up to `chain_size`) wasting the fewest bytes;
+/// the first such length wins; power-of-two sizes take one page.
+pub fn pages_per_zspage_min_waste(class_size: usize, chain_size: usize) -> usize {
+    if class_size.is_power_of_two() {
+        return 1;
+    }
+    (1..=chain_size)
+        .min_by_key(|&pages| (pages * PAGE_SIZE) % class_size)
+        .unwrap_or(1)
+}
+
+/// The seed's rule: the zspage length (in pages, up to `chain_size`) with the highest
 /// integer used-percentage; the first such length wins.
 pub fn pages_per_zspage(class_size: usize, chain_size: usize) -> usize {
     let mut best_pct = 0;
@@ -92,6 +137,7 @@ pub fn nominal_index(size: usize) -> usize {
 #[derive(Debug, Clone)]
 pub struct ClassTable {
     chain_size: usize,
+    geometry: Geometry,
     /// Distinct classes, in ascending index order.
     classes: Vec<ClassGeometry>,
     /// Nominal index -> position in `classes`.
@@ -105,13 +151,18 @@ impl ClassTable {
     /// # Panics
     /// Never for a `chain_size` in `MIN_CHAIN_SIZE..=MAX_CHAIN_SIZE`; callers validate first.
     pub fn new(chain_size: usize) -> Self {
+        Self::with_geometry(chain_size, Geometry::Seed)
+    }
+
+    /// Builds the table for `chain_size` with a zspage-length rule.
+    pub fn with_geometry(chain_size: usize, geometry: Geometry) -> Self {
         debug_assert!((MIN_CHAIN_SIZE..=MAX_CHAIN_SIZE).contains(&chain_size));
         let mut index_map = vec![0; NUM_CLASSES];
         let mut desc: Vec<ClassGeometry> = Vec::new();
         let mut huge_class_size = 0;
         for i in (0..NUM_CLASSES).rev() {
             let size = (MIN_ALLOC_SIZE + i * CLASS_DELTA).min(MAX_ALLOC_SIZE);
-            let pages = pages_per_zspage(size, chain_size);
+            let pages = geometry.pages_per_zspage(size, chain_size);
             let objs = pages * PAGE_SIZE / size;
             if huge_class_size == 0 && !(pages == 1 && objs == 1) {
                 huge_class_size = size - (HANDLE_SIZE - 1);
@@ -142,6 +193,7 @@ impl ClassTable {
         }
         Self {
             chain_size,
+            geometry,
             classes: desc,
             position,
             huge_class_size,
@@ -151,6 +203,11 @@ impl ClassTable {
     /// The chain size this table was built for.
     pub fn chain_size(&self) -> usize {
         self.chain_size
+    }
+
+    /// The zspage-length rule.
+    pub fn geometry(&self) -> Geometry {
+        self.geometry
     }
 
     /// Distinct classes, ascending.
@@ -189,6 +246,20 @@ mod tests {
         assert_eq!(ClassTable::new(4).classes().len(), 69);
         assert_eq!(ClassTable::new(8).classes().len(), 123);
         assert_eq!(ClassTable::new(16).classes().len(), 191);
+    }
+
+    #[test]
+    fn min_waste_geometry_is_the_current_kernels() {
+        // Kernel 6.3+ on chain 8 (its default): 119 distinct classes; 208-byte objects take
+        // 3-page zspages of 59 objects (16 bytes wasted) instead of 2 pages of 39 (80).
+        let t = ClassTable::with_geometry(8, Geometry::MinWaste);
+        assert_eq!(t.classes().len(), 119);
+        let c = t.class_at_index(11).unwrap();
+        assert_eq!(
+            (c.size, c.pages_per_zspage, c.objs_per_zspage),
+            (208, 3, 59)
+        );
+        assert_eq!(pages_per_zspage_min_waste(2048, 8), 1);
     }
 
     #[test]

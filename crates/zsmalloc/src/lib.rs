@@ -30,7 +30,7 @@ pub mod sys;
 mod zspage;
 
 pub use backend::Backend;
-pub use class::{ClassGeometry, ClassTable};
+pub use class::{ClassGeometry, ClassTable, Geometry};
 pub use error::{Error, Result};
 pub use handle::Handle;
 pub use pool::{Pool, PoolConfig};

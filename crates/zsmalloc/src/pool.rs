@@ -8,8 +8,9 @@
 //!    compaction takes it per source zspage and lets go in between.
 //!
 //! Beyond the kernel, each size class is split into `shards` (one per CPU by default, up
-//! to 16), each with its own lock, zspages and handles; `malloc` uses the shard of the CPU
-//! it runs on and an object stays in its shard for life (its handle names it). Threads on
+//! to 16), each with its own lock, zspages and handles; `malloc` uses the calling thread's
+//! shard (threads are spread over shards in order of first use) and an object stays in its
+//! shard for life (its handle names it). Threads on
 //! different CPUs thus rarely share a lock, a cache line or a zspage, which is what lets
 //! the pool scale; the cost is at most one partly used zspage per class per extra shard.
 //! 2. the page source lock (`sys::PageSource`) — a leaf, never held while taking another.
@@ -53,6 +54,8 @@ pub struct PoolConfig {
     pub page_cache_pages: usize,
     /// Shards per size class (each with its own lock); 0 = one per CPU, at most 16.
     pub shards: usize,
+    /// How zspage lengths are chosen.
+    pub geometry: crate::class::Geometry,
 }
 
 impl Default for PoolConfig {
@@ -62,6 +65,7 @@ impl Default for PoolConfig {
             populate: true,
             page_cache_pages: 1024,
             shards: 0,
+            geometry: crate::class::Geometry::Seed,
         }
     }
 }
@@ -216,7 +220,7 @@ impl Pool {
         if !(MIN_CHAIN_SIZE..=MAX_CHAIN_SIZE).contains(&config.chain_size) {
             return Err(Error::InvalidChainSize(config.chain_size));
         }
-        let table = ClassTable::new(config.chain_size);
+        let table = ClassTable::with_geometry(config.chain_size, config.geometry);
         let shards = match config.shards {
             0 => std::thread::available_parallelism().map_or(1, usize::from),
             n => n,
@@ -275,7 +279,7 @@ impl Pool {
     /// contents are unspecified until written.
     pub fn malloc(&self, size: usize) -> Result<Handle> {
         check_size(size)?;
-        let shard = crate::sys::current_cpu() % self.shards;
+        let shard = crate::sys::thread_slot() % self.shards;
         let pos = self.table.position_for(size) * self.shards + shard;
         let class = &self.classes[pos];
         let geom = class.geom;

@@ -292,11 +292,15 @@ impl Drop for PageRun {
     }
 }
 
-/// The CPU the calling thread runs on (0 if unknown).
-pub fn current_cpu() -> usize {
-    // SAFETY: sched_getcpu takes no arguments and only reads the current CPU number.
-    let cpu = unsafe { libc::sched_getcpu() };
-    usize::try_from(cpu).unwrap_or(0)
+/// A small number naming the calling thread, handed out in order of first use: the pool's
+/// shard for this thread is `thread_slot() % shards`. (Keyed by thread rather than by CPU so
+/// that one thread keeps to one shard even when the scheduler moves it: a single writer then
+/// packs its objects exactly as the kernel's pool would.)
+pub fn thread_slot() -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local!(static SLOT: usize = NEXT.fetch_add(1, Ordering::Relaxed));
+    SLOT.with(|s| *s)
 }
 
 /// Resident memory of this process in bytes, from `/proc/self/statm`.

@@ -26,6 +26,9 @@ pub struct Args {
     /// zsmalloc chain size.
     #[arg(long, default_value_t = zsmalloc::class::DEFAULT_CHAIN_SIZE)]
     chain_size: usize,
+    /// zsmalloc zspage-length rule: seed (kernels up to 6.2) or min-waste (6.3 and later).
+    #[arg(long, default_value = "min-waste")]
+    geometry: zsmalloc::Geometry,
     /// Streams (threads) writing and reading at once.
     #[arg(long, default_value_t = 1)]
     threads: usize,
@@ -177,6 +180,7 @@ fn run_zramd(args: &Args, data: &[u8]) -> anyhow::Result<Run> {
         algorithm: args.algorithm,
         params: AlgorithmParams::default(),
         chain_size: args.chain_size,
+        geometry: args.geometry,
         ..ZramConfig::default()
     })?;
     let write = timed(pages, args.threads, |r| {

@@ -1,0 +1,349 @@
+//! The LZO1X encoder: a greedy, single-probe hash-table match finder.
+//!
+//! At each position the next four bytes are hashed into a table of the last position
+//! that hashed there. If that position holds the same four bytes (and is near enough),
+//! the match is extended forward as far as it goes and emitted; the search resumes after
+//! it. Otherwise the position is skipped, with a stride that grows with the number of
+//! literals pending since the last match, so incompressible data is crossed quickly.
+//! For `lzo-rle`, four zero bytes start a zero run instead, emitted as run instructions.
+//!
+//! Representation: the table holds `base + (pos - origin)`, so entries below `base` are
+//! stale (from an earlier call) and the table is cleared only when `base` would wrap,
+//! not on every page. A stale entry reads as position 0, like a zeroed table.
+
+use super::{Variant, worst_case_compressed_len};
+
+/// log2 of the number of hash-table entries.
+const HASH_BITS: u32 = 13;
+const TABLE_LEN: usize = 1 << HASH_BITS;
+/// Positions within this many bytes of the end never start a match (the tail goes out
+/// as literals), as in the kernel's LZO1X-1.
+const TAIL: usize = 20;
+/// The skip stride after a miss is `1 + pending_literals >> SKIP_SHIFT`.
+const SKIP_SHIFT: u32 = 5;
+/// The first position that may start a match or a zero run. The stream thus always
+/// opens with a literal run of at least four bytes, which version 1 can write as an
+/// ordinary instruction; five rather than four is what the kernel's encoder does.
+const START: usize = 5;
+/// The longest zero run one run instruction writes.
+const RLE_MAX: usize = 2051;
+/// Furthest copy distances: M2 (two-byte), M3 and M4 instructions.
+const M2_MAX_DISTANCE: usize = 2048;
+const M3_MAX_DISTANCE: usize = 16384;
+const M4_MAX_DISTANCE_V0: usize = 0xbfff;
+/// In version 1, distance `0xbfff` is the zero-run marker.
+const M4_MAX_DISTANCE_V1: usize = 0xbffe;
+/// Search positions handled with one table keying; the table is cleared between such
+/// segments, which only matters for inputs of more than 1 GiB.
+const SEGMENT: usize = 1 << 30;
+
+/// A reusable LZO1X compressor: owns the hash table, so compressing a page allocates
+/// nothing beyond growing `dst`.
+#[derive(Debug, Clone)]
+pub struct Compressor {
+    variant: Variant,
+    /// `base + (pos - origin)` of the last position whose four bytes hashed here.
+    table: Box<[u32; TABLE_LEN]>,
+    /// Entries below this are stale.
+    base: u32,
+}
+
+impl Compressor {
+    /// A compressor for `variant` with an empty hash table.
+    pub fn new(variant: Variant) -> Self {
+        Self {
+            variant,
+            table: Box::new([0; TABLE_LEN]),
+            base: 1,
+        }
+    }
+
+    /// The variant this compressor writes.
+    pub fn variant(&self) -> Variant {
+        self.variant
+    }
+
+    /// Compresses `src` into `dst`, which is cleared first.
+    pub fn compress(&mut self, src: &[u8], dst: &mut Vec<u8>) {
+        dst.clear();
+        dst.reserve(worst_case_compressed_len(src.len()));
+        let rle = self.variant == Variant::LzoRle;
+        if rle {
+            dst.extend_from_slice(&[17, 1]);
+        }
+        let mut out = Emitter {
+            out: dst,
+            state_at: None,
+            rle,
+        };
+        let mut lit = 0;
+        let limit = src.len().saturating_sub(TAIL);
+        let mut ip = START;
+        while ip < limit {
+            let seg_end = limit.min(ip.saturating_add(SEGMENT));
+            (ip, lit) = self.search(src, ip, seg_end, lit, &mut out);
+        }
+        out.literals(&src[lit..], true);
+        out.end();
+    }
+
+    /// Finds and emits matches starting in `ip..seg_end`; returns where the search
+    /// stopped (at or after `seg_end`) and where the pending literals now start (`lit`
+    /// on entry).
+    fn search(
+        &mut self,
+        src: &[u8],
+        mut ip: usize,
+        seg_end: usize,
+        mut lit: usize,
+        out: &mut Emitter<'_>,
+    ) -> (usize, usize) {
+        let origin = ip;
+        let span = u32::try_from(seg_end - origin).unwrap_or(u32::MAX);
+        if self
+            .base
+            .checked_add(span)
+            .is_none_or(|top| top == u32::MAX)
+        {
+            self.table.fill(0);
+            self.base = 1;
+        }
+        let base = self.base;
+        self.base += span;
+        let match_end = src.len() - TAIL;
+        let max_distance = if out.rle {
+            M4_MAX_DISTANCE_V1
+        } else {
+            M4_MAX_DISTANCE_V0
+        };
+
+        while ip < seg_end {
+            let seq = read32(src, ip);
+            if out.rle && seq == 0 {
+                let run = 4 + zero_run(src, ip + 4, match_end);
+                out.literals(&src[lit..ip], false);
+                out.zero_run(run);
+                ip += run;
+                lit = ip;
+                continue;
+            }
+            let slot = &mut self.table[hash(seq)];
+            let entry = *slot;
+            *slot = base + (ip - origin) as u32;
+            // An empty slot offers the start of the input, as a zeroed table would.
+            let cand = if entry >= base {
+                origin + (entry - base) as usize
+            } else {
+                0
+            };
+            let distance = ip - cand;
+            if distance <= max_distance && read32(src, cand) == seq {
+                let mut len = 4 + common_prefix(src, cand + 4, ip + 4, match_end);
+                if out.rle && distance > M3_MAX_DISTANCE {
+                    len = avoid_rle_ambiguity(distance, len);
+                }
+                out.literals(&src[lit..ip], false);
+                out.copy(distance, len);
+                ip += len;
+                lit = ip;
+                continue;
+            }
+            ip += 1 + ((ip - lit) >> SKIP_SHIFT);
+        }
+        (ip, lit)
+    }
+}
+
+/// Shortens a version-1 far copy that a decoder could mistake for a zero run.
+fn avoid_rle_ambiguity(distance: usize, len: usize) -> usize {
+    if distance & 0x803f == 0x803f && (261..=264).contains(&len) {
+        260
+    } else {
+        len
+    }
+}
+
+fn hash(seq: u32) -> usize {
+    (seq.wrapping_mul(0x9e37_79b1) >> (32 - HASH_BITS)) as usize & (TABLE_LEN - 1)
+}
+
+fn read32(src: &[u8], i: usize) -> u32 {
+    let b = &src[i..i + 4];
+    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+}
+
+fn read64(src: &[u8], i: usize) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&src[i..i + 8]);
+    u64::from_le_bytes(b)
+}
+
+/// How many bytes from `a` and from `b` (`a < b`) agree, comparing eight bytes at a time
+/// while the comparison starts before `end` (so the result may pass `end` by up to seven).
+fn common_prefix(src: &[u8], a: usize, b: usize, end: usize) -> usize {
+    let mut n = 0;
+    while b + n < end && b + n + 8 <= src.len() {
+        let x = read64(src, a + n) ^ read64(src, b + n);
+        if x != 0 {
+            return n + (x.trailing_zeros() / 8) as usize;
+        }
+        n += 8;
+    }
+    while b + n < end.min(src.len()) && src[a + n] == src[b + n] {
+        n += 1;
+    }
+    n
+}
+
+/// How many bytes of `src[at..end]` from its start are zero.
+fn zero_run(src: &[u8], at: usize, end: usize) -> usize {
+    let s = &src[at..end.max(at)];
+    let mut n = 0;
+    while n + 8 <= s.len() {
+        let x = read64(s, n);
+        if x != 0 {
+            return n + (x.trailing_zeros() / 8) as usize;
+        }
+        n += 8;
+    }
+    while n < s.len() && s[n] == 0 {
+        n += 1;
+    }
+    n
+}
+
+/// Writes instructions, remembering where the last one keeps its literal count `S`.
+struct Emitter<'a> {
+    out: &'a mut Vec<u8>,
+    /// Index of the byte whose low two bits hold the previous instruction's `S`; `None`
+    /// before the first instruction, where the first-byte literal encoding applies.
+    state_at: Option<usize>,
+    rle: bool,
+}
+
+impl Emitter<'_> {
+    /// Emits a literal run; `last` when no instruction but the end marker follows.
+    fn literals(&mut self, lit: &[u8], last: bool) {
+        let n = lit.len();
+        if n == 0 {
+            return;
+        }
+        match self.state_at {
+            Some(at) if n <= 3 => self.out[at] |= n as u8,
+            // The first-byte form; in version 1 only when nothing else can say it, so that
+            // the byte after the version marker is never read as a literal count.
+            None if n <= 3 || (n <= 238 && last && !self.rle) => self.out.push(17 + n as u8),
+            _ if n <= 18 => self.out.push((n - 3) as u8),
+            _ => {
+                self.out.push(0);
+                self.extension(n - 18);
+            }
+        }
+        self.out.extend_from_slice(lit);
+    }
+
+    /// The bytes of an extended length field whose remainder is `r` (>= 1).
+    fn extension(&mut self, mut r: usize) {
+        while r > 255 {
+            self.out.push(0);
+            r -= 255;
+        }
+        self.out.push(r as u8);
+    }
+
+    /// Emits a copy of `len` (>= 4) bytes from `distance` back, with `S = 0`.
+    fn copy(&mut self, distance: usize, len: usize) {
+        if len <= 8 && distance <= M2_MAX_DISTANCE {
+            let d = distance - 1;
+            self.out.push((((len - 1) << 5) | ((d & 7) << 2)) as u8);
+            self.out.push((d >> 3) as u8);
+            self.state_at = Some(self.out.len() - 2);
+            return;
+        }
+        let d = if distance <= M3_MAX_DISTANCE {
+            if len <= 33 {
+                self.out.push(0x20 | (len - 2) as u8);
+            } else {
+                self.out.push(0x20);
+                self.extension(len - 33);
+            }
+            distance - 1
+        } else {
+            let d = distance - 16384;
+            let op = 0x10 | ((d >> 11) & 8) as u8;
+            if len <= 9 {
+                self.out.push(op | (len - 2) as u8);
+            } else {
+                self.out.push(op);
+                self.extension(len - 9);
+            }
+            d & 0x3fff
+        };
+        self.out.push((d << 2) as u8);
+        self.out.push((d >> 6) as u8);
+        self.state_at = Some(self.out.len() - 2);
+    }
+
+    /// Emits run instructions for `run` (>= 4) zero bytes.
+    fn zero_run(&mut self, mut run: usize) {
+        while run > 0 {
+            let n = match run {
+                ..=RLE_MAX => run,
+                _ if run - RLE_MAX >= 4 => RLE_MAX,
+                _ => run - 4,
+            };
+            let v = n - 4;
+            self.out
+                .extend_from_slice(&[0x18 | (v & 7) as u8, 0xfc, 0xff, (v >> 3) as u8]);
+            self.state_at = Some(self.out.len() - 3);
+            run -= n;
+        }
+    }
+
+    fn end(&mut self) {
+        self.out.extend_from_slice(&[0x11, 0, 0]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reserved_far_copy_lengths_are_shortened_in_version_1() {
+        assert_eq!(avoid_rle_ambiguity(0x803f, 262), 260);
+        assert_eq!(avoid_rle_ambiguity(0xbfbf, 264), 260);
+        assert_eq!(avoid_rle_ambiguity(0x803f, 265), 265);
+        assert_eq!(avoid_rle_ambiguity(0x803e, 262), 262);
+        assert_eq!(avoid_rle_ambiguity(0x403f, 262), 262);
+
+        // A 262-byte block repeated 0x803f bytes later comes out as a 260-byte far copy:
+        // opcode 0x18 (H = 1, extended length), 260 - 9 = 251, distance bits 0x3f. (Here
+        // three literals follow it, so the unshortened copy would start `18 fd ff`, which a
+        // version-1 decoder reads as a zero run.)
+        let mut x = 0x1234_5678u32;
+        let block: Vec<u8> = (0..262)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                x as u8 | 1
+            })
+            .collect();
+        let mut src = b"!!!!!".to_vec();
+        src.extend_from_slice(&block);
+        src.push(1);
+        src.resize(START + 0x803f, 0);
+        src.extend_from_slice(&block);
+        src.extend_from_slice(&[2; 40]);
+        let mut c = Vec::new();
+        Compressor::new(Variant::LzoRle).compress(&src, &mut c);
+        let far_copy = |c: &[u8], ext: u8| {
+            c.windows(4)
+                .any(|w| w[..2] == [0x18, ext] && w[2] & 0xfc == 0xfc && w[3] == 0)
+        };
+        assert!(far_copy(&c, 251), "{c:?}");
+        Compressor::new(Variant::Lzo).compress(&src, &mut c);
+        assert!(far_copy(&c, 253), "{c:?}");
+    }
+}

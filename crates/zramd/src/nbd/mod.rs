@@ -1,0 +1,1 @@
+//! The NBD server (placeholder: being written).
