@@ -39,13 +39,21 @@ const SEGMENT: usize = 1 << 30;
 
 /// A reusable LZO1X compressor: owns the hash table, so compressing a page allocates
 /// nothing beyond growing `dst`.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Compressor {
     variant: Variant,
     /// `base + (pos - origin)` of the last position whose four bytes hashed here.
     table: Box<[u32; TABLE_LEN]>,
     /// Entries below this are stale.
     base: u32,
+}
+
+impl std::fmt::Debug for Compressor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Compressor")
+            .field("variant", &self.variant)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Compressor {

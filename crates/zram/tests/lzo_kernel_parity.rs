@@ -1,0 +1,352 @@
+//! Compression-ratio parity with the kernel's own `lzo` and `lzo-rle` zram compressors.
+//!
+//! Needs root and `/sys/class/zram-control`: the test hot-adds a zram device of its own,
+//! writes a corpus of real 4 KiB pages (binaries from /usr/bin, C headers, licence texts)
+//! with O_DIRECT, and compares the kernel's `compr_data_size` from `mm_stat` with the sum
+//! of our compressed sizes counted the kernel's way: same-filled pages count nothing, and
+//! a page whose compressed length reaches `huge_class_size` is stored raw and counts
+//! 4096. The device is reset and hot-removed on every path out (a guard's `Drop`).
+//! Elsewhere the test says why it skips.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use zram::lzo::{Compressor, Variant};
+
+const PAGE: usize = 4096;
+const CONTROL: &str = "/sys/class/zram-control";
+/// Allowed relative difference between the kernel's total and ours.
+const TOLERANCE: f64 = 0.02;
+
+/// A zram device this test hot-added; reset and removed when dropped.
+struct Device {
+    id: u32,
+}
+
+impl Device {
+    fn hot_add() -> io::Result<Self> {
+        let id = fs::read_to_string(format!("{CONTROL}/hot_add"))?;
+        let id = id
+            .trim()
+            .parse()
+            .map_err(|e| io::Error::other(format!("hot_add printed {id:?}: {e}")))?;
+        Ok(Self { id })
+    }
+
+    fn attr(&self, name: &str) -> PathBuf {
+        PathBuf::from(format!("/sys/block/zram{}/{name}", self.id))
+    }
+
+    fn set(&self, name: &str, value: &str) -> io::Result<()> {
+        fs::write(self.attr(name), value)
+            .map_err(|e| io::Error::new(e.kind(), format!("zram{} {name} = {value}: {e}", self.id)))
+    }
+
+    /// Resets the device and configures it for `variant`.
+    fn configure(&self, variant: Variant) -> io::Result<()> {
+        self.set("reset", "1")?;
+        self.set("comp_algorithm", variant.kernel_name())?;
+        self.set("disksize", "64M")
+    }
+
+    fn algorithms(&self) -> io::Result<String> {
+        fs::read_to_string(self.attr("comp_algorithm"))
+    }
+
+    fn mm_stat(&self) -> io::Result<MmStat> {
+        let text = fs::read_to_string(self.attr("mm_stat"))?;
+        let f: Vec<u64> = text
+            .split_whitespace()
+            .map(|x| x.parse().unwrap_or(0))
+            .collect();
+        if f.len() < 8 {
+            return Err(io::Error::other(format!("short mm_stat: {text:?}")));
+        }
+        Ok(MmStat {
+            compr_data_size: f[1],
+            same_pages: f[5],
+            huge_pages: f[7],
+        })
+    }
+
+    fn open(&self) -> io::Result<File> {
+        let path = format!("/dev/zram{}", self.id);
+        // devtmpfs creates the node; give udev-less systems a moment.
+        for _ in 0..50 {
+            if Path::new(&path).exists() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&path)
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        let _ = fs::write(self.attr("reset"), "1");
+        if let Err(e) = fs::write(format!("{CONTROL}/hot_remove"), self.id.to_string()) {
+            eprintln!("could not hot_remove zram{}: {e}", self.id);
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct MmStat {
+    compr_data_size: u64,
+    same_pages: u64,
+    huge_pages: u64,
+}
+
+/// A page-aligned buffer for O_DIRECT, carved out of an ordinary Vec.
+struct Aligned {
+    buf: Vec<u8>,
+    offset: usize,
+    len: usize,
+}
+
+impl Aligned {
+    fn new(len: usize) -> Self {
+        let buf = vec![0u8; len + PAGE];
+        let offset = buf.as_ptr().align_offset(PAGE);
+        Self { buf, offset, len }
+    }
+
+    fn get(&mut self) -> &mut [u8] {
+        &mut self.buf[self.offset..self.offset + self.len]
+    }
+}
+
+fn write_pages(dev: &File, first_page: usize, data: &[u8]) -> io::Result<()> {
+    const CHUNK: usize = 64 * PAGE;
+    let mut buf = Aligned::new(CHUNK);
+    for (i, chunk) in data.chunks(CHUNK).enumerate() {
+        let b = &mut buf.get()[..chunk.len()];
+        b.copy_from_slice(chunk);
+        dev.write_all_at(b, ((first_page + i * 64) * PAGE) as u64)?;
+    }
+    dev.sync_all()
+}
+
+fn is_root() -> bool {
+    fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines()
+            .find(|l| l.starts_with("Uid:"))
+            .and_then(|l| l.split_whitespace().nth(2))
+            == Some("0")
+    })
+}
+
+/// Regular files under `dir` (no symlinks), sorted, depth first.
+fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = fs::read_dir(dir) else { return };
+    let mut entries: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    entries.sort();
+    for p in entries {
+        match fs::symlink_metadata(&p) {
+            Ok(m) if m.is_dir() => files_under(&p, out),
+            Ok(m) if m.is_file() => out.push(p),
+            _ => {}
+        }
+    }
+}
+
+/// Appends up to `per_file` bytes of each file under `dir` (optionally only names ending
+/// in `suffix`) until `corpus` has grown by `budget` bytes.
+fn add_files(corpus: &mut Vec<u8>, dir: &str, suffix: Option<&str>, per_file: u64, budget: usize) {
+    let mut files = Vec::new();
+    files_under(Path::new(dir), &mut files);
+    let stop = corpus.len() + budget;
+    for f in files {
+        if corpus.len() >= stop {
+            break;
+        }
+        if suffix.is_some_and(|s| !f.to_string_lossy().ends_with(s)) {
+            continue;
+        }
+        if let Ok(file) = File::open(&f) {
+            let _ = file.take(per_file).read_to_end(corpus);
+        }
+    }
+    corpus.truncate(stop);
+}
+
+fn corpus() -> Vec<u8> {
+    let mut c = Vec::new();
+    add_files(&mut c, "/usr/bin", None, 256 << 10, 12 << 20);
+    add_files(&mut c, "/usr/include", Some(".h"), 64 << 10, 4 << 20);
+    add_files(&mut c, "/usr/share/common-licenses", None, 1 << 20, 1 << 20);
+    c.truncate(c.len() / PAGE * PAGE);
+    c
+}
+
+fn same_filled(page: &[u8]) -> bool {
+    let first = &page[..8];
+    page.chunks_exact(8).all(|w| w == first)
+}
+
+/// A page that is `PAGE - k` zeros then `k` pseudo-random bytes: it compresses to about
+/// `k` bytes with the same encoding in the kernel and here.
+fn calibration_page(k: usize) -> Vec<u8> {
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut page = vec![0u8; PAGE - k];
+    page.extend((0..k).map(|_| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x >> 24) as u8
+    }));
+    page
+}
+
+/// Finds `huge_class_size` as the kernel applies it: the smallest compressed length it
+/// stores as a huge (raw) page. Binary search over calibration pages written to page 0.
+fn huge_threshold(dev: &Device, file: &File, variant: Variant) -> io::Result<usize> {
+    let mut c = Compressor::new(variant);
+    let mut out = Vec::new();
+    let mut probe = |k: usize| -> io::Result<(bool, usize, u64)> {
+        let page = calibration_page(k);
+        write_pages(file, 0, &page)?;
+        let st = dev.mm_stat()?;
+        c.compress(&page, &mut out);
+        Ok((st.huge_pages == 1, out.len(), st.compr_data_size))
+    };
+    let (mut lo, mut hi) = (1usize, PAGE);
+    if probe(lo)?.0 || !probe(hi)?.0 {
+        return Err(io::Error::other(
+            "calibration pages do not straddle the huge size",
+        ));
+    }
+    while hi - lo > 1 {
+        let mid = (lo + hi) / 2;
+        if probe(mid)?.0 {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    let (_, below, kernel_below) = probe(lo)?;
+    let (_, threshold, _) = probe(hi)?;
+    println!(
+        "{}: huge_class_size = {threshold} (largest stored page: kernel {kernel_below} bytes, ours {below})",
+        variant.kernel_name()
+    );
+    Ok(threshold)
+}
+
+#[derive(Debug, Default)]
+struct Totals {
+    compr_data_size: u64,
+    same_pages: u64,
+    huge_pages: u64,
+}
+
+fn ours(variant: Variant, corpus: &[u8], huge: usize) -> Totals {
+    let mut c = Compressor::new(variant);
+    let mut out = Vec::new();
+    let mut t = Totals::default();
+    for page in corpus.chunks(PAGE) {
+        if same_filled(page) {
+            t.same_pages += 1;
+            continue;
+        }
+        c.compress(page, &mut out);
+        if out.len() >= huge {
+            t.huge_pages += 1;
+            t.compr_data_size += PAGE as u64;
+        } else {
+            t.compr_data_size += out.len() as u64;
+        }
+    }
+    t
+}
+
+fn kernel(dev: &Device, variant: Variant, corpus: &[u8]) -> io::Result<(Totals, usize)> {
+    dev.configure(variant)?;
+    let file = dev.open()?;
+    let huge = huge_threshold(dev, &file, variant)?;
+    drop(file);
+    dev.configure(variant)?;
+    let file = dev.open()?;
+    write_pages(&file, 0, corpus)?;
+    let st = dev.mm_stat()?;
+    Ok((
+        Totals {
+            compr_data_size: st.compr_data_size,
+            same_pages: st.same_pages,
+            huge_pages: st.huge_pages,
+        },
+        huge,
+    ))
+}
+
+#[test]
+fn lzo_sizes_match_the_kernel() {
+    if !is_root() {
+        println!("SKIPPED lzo_sizes_match_the_kernel: needs root to hot-add a zram device");
+        return;
+    }
+    if !Path::new(CONTROL).exists() {
+        println!("SKIPPED lzo_sizes_match_the_kernel: no {CONTROL} (zram not built in/loaded)");
+        return;
+    }
+    let corpus = corpus();
+    assert!(
+        corpus.len() >= 1 << 20,
+        "corpus too small: {} bytes",
+        corpus.len()
+    );
+    let dev = Device::hot_add().expect("hot_add a zram device");
+    let algorithms = dev.algorithms().expect("read comp_algorithm");
+    println!(
+        "zram{}: corpus of {} pages; kernel algorithms: {}",
+        dev.id,
+        corpus.len() / PAGE,
+        algorithms.trim()
+    );
+    let mut failures = Vec::new();
+    for variant in [Variant::Lzo, Variant::LzoRle] {
+        let name = variant.kernel_name();
+        let offered = algorithms
+            .split_whitespace()
+            .any(|a| a.trim_matches(['[', ']']) == name);
+        if !offered {
+            println!("SKIPPED {name}: the kernel does not offer it");
+            continue;
+        }
+        let (k, huge) = kernel(&dev, variant, &corpus).expect("kernel run");
+        let o = ours(variant, &corpus, huge);
+        let rel = o.compr_data_size as f64 / k.compr_data_size as f64;
+        println!(
+            "{name}: compr_data_size kernel {} ours {} (ours/kernel {rel:.4}); \
+             ratio kernel {:.3} ours {:.3}; same pages kernel {} ours {}; \
+             huge pages kernel {} ours {}",
+            k.compr_data_size,
+            o.compr_data_size,
+            corpus.len() as f64 / k.compr_data_size as f64,
+            corpus.len() as f64 / o.compr_data_size as f64,
+            k.same_pages,
+            o.same_pages,
+            k.huge_pages,
+            o.huge_pages,
+        );
+        if (rel - 1.0).abs() > TOLERANCE {
+            failures.push(format!("{name}: ours/kernel = {rel:.4}"));
+        }
+        if k.same_pages != o.same_pages {
+            failures.push(format!(
+                "{name}: same pages kernel {} ours {}",
+                k.same_pages, o.same_pages
+            ));
+        }
+    }
+    drop(dev);
+    assert!(failures.is_empty(), "{failures:?}");
+}
