@@ -1,5 +1,13 @@
 //! zramd's front ends as a library: the NBD server, the exports it serves, the control
-//! endpoint and the metrics. The `zramd` binary (`main.rs`) is the command line on top.
+//! endpoint, the metrics and the `serve` orchestration. The `zramd` binary (`main.rs`) is
+//! the command line on top.
 
+pub mod control;
+pub mod device;
 pub mod export;
+pub mod human;
+pub mod metrics;
 pub mod nbd;
+pub mod registry;
+pub mod serve;
+pub mod sysfs;

@@ -1,13 +1,19 @@
 //! `zramd`: compressed memory in userspace.
 //!
-//! Subcommands: `classes` (the zsmalloc class table for a chain size) and `bench` (the lab's
-//! measurements). `serve`, the NBD/FUSE front ends and the control commands follow.
+//! `serve` runs compressed RAM disks over NBD; `stat`, `compact`, `reset` and `set` talk to a
+//! running server through its control socket; `classes` prints the zsmalloc class table;
+//! `bench` runs the lab's measurements.
 
 mod bench;
 mod classes;
 mod kernel;
 
+use std::path::PathBuf;
+
+use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use zramd::control::{self, Request};
+use zramd::serve::{ConfigFile, DeviceSpec, ServeOptions};
 
 #[derive(Debug, Parser)]
 #[command(name = "zramd", version, about = "Compressed memory in userspace")]
@@ -18,6 +24,35 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Serve compressed RAM disks over NBD (default: zram0, 1 GiB, lz4, on 127.0.0.1:10809).
+    Serve(ServeArgs),
+    /// Show the devices of a running server (like zramctl).
+    Stat(StatArgs),
+    /// Compact a device's memory (all devices without DEV).
+    Compact {
+        /// Device name.
+        device: Option<String>,
+        #[command(flatten)]
+        control: ControlArg,
+    },
+    /// Free all data of a device and zero its counters.
+    Reset {
+        /// Device name.
+        device: String,
+        #[command(flatten)]
+        control: ControlArg,
+    },
+    /// Change an attribute at run time: mem_limit SIZE, or mem_used_max 0.
+    Set {
+        /// Device name.
+        device: String,
+        /// Attribute: mem_limit or mem_used_max.
+        attr: String,
+        /// New value.
+        value: String,
+        #[command(flatten)]
+        control: ControlArg,
+    },
     /// Print the zsmalloc size-class table of an empty pool, in the kernel's format.
     Classes(classes::Args),
     /// Run a measurement and print its figures (`--input FILE`: the device; `pool`: the
@@ -25,9 +60,176 @@ enum Command {
     Bench(bench::Args),
 }
 
+#[derive(Debug, clap::Args)]
+struct ControlArg {
+    /// The server's control socket.
+    #[arg(long)]
+    control: Option<PathBuf>,
+}
+
+impl ControlArg {
+    fn path(&self) -> PathBuf {
+        self.control.clone().unwrap_or_else(control::default_path)
+    }
+}
+
+#[derive(Debug, clap::Args)]
+struct ServeArgs {
+    /// Device size (K/M/G suffixes).
+    #[arg(long, default_value = "1G")]
+    size: String,
+    /// Compression algorithm: lz4, zstd, lzo, lzo-rle.
+    #[arg(long, default_value = "lz4")]
+    algorithm: String,
+    /// zsmalloc chain size (pages per zspage at most), 1..=16.
+    #[arg(long, default_value_t = zsmalloc::class::DEFAULT_CHAIN_SIZE)]
+    chain_size: usize,
+    /// Memory limit (K/M/G suffixes; 0 = none).
+    #[arg(long, default_value = "0")]
+    mem_limit: String,
+    /// Export read-only.
+    #[arg(long)]
+    read_only: bool,
+    /// NBD on HOST:PORT (repeatable; replaces the default 127.0.0.1:10809).
+    #[arg(long)]
+    listen: Vec<String>,
+    /// NBD on a unix socket (repeatable; replaces the default address).
+    #[arg(long)]
+    unix: Vec<PathBuf>,
+    /// Control socket path.
+    #[arg(long)]
+    control: Option<PathBuf>,
+    /// Prometheus metrics on HOST:PORT.
+    #[arg(long)]
+    metrics: Option<String>,
+    /// TOML file with several devices (`[[device]]` tables) and the addresses.
+    #[arg(long, conflicts_with_all = ["size", "algorithm", "chain_size", "mem_limit", "read_only"])]
+    config: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+struct StatArgs {
+    /// Print the device's mm_stat line exactly as the kernel's sysfs file.
+    #[arg(long)]
+    raw: bool,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    /// Only this device.
+    device: Option<String>,
+    #[command(flatten)]
+    control: ControlArg,
+}
+
+fn serve_options(a: &ServeArgs) -> anyhow::Result<ServeOptions> {
+    let mut options = ServeOptions {
+        listen: a.listen.clone(),
+        unix: a.unix.clone(),
+        control: a.control.clone(),
+        metrics: a.metrics.clone(),
+        status_line: true,
+        ..ServeOptions::default()
+    };
+    match &a.config {
+        Some(path) => {
+            let file = ConfigFile::load(path)?;
+            if options.listen.is_empty() && options.unix.is_empty() {
+                options.listen = file.listen;
+                options.unix = file.unix;
+            }
+            options.control = options.control.or(file.control);
+            options.metrics = options.metrics.or(file.metrics);
+            options.devices = file.device;
+        }
+        None => {
+            options.devices = vec![DeviceSpec {
+                name: "zram0".into(),
+                size: a.size.clone(),
+                algorithm: a.algorithm.clone(),
+                level: None,
+                chain_size: a.chain_size,
+                mem_limit: a.mem_limit.clone(),
+                read_only: a.read_only,
+            }];
+        }
+    }
+    Ok(options)
+}
+
+fn stat(a: &StatArgs) -> anyhow::Result<()> {
+    let response = control::call(&a.control.path(), &Request::Stat)?;
+    let mut devices = response.devices;
+    if let Some(name) = &a.device {
+        devices.retain(|d| &d.name == name);
+        if devices.is_empty() {
+            anyhow::bail!("no device named {name:?}");
+        }
+    }
+    if a.raw {
+        let d = devices.first().context("no devices")?;
+        print!("{}", d.mm_stat);
+    } else if a.json {
+        println!("{}", serde_json::to_string_pretty(&devices)?);
+    } else {
+        println!(
+            "{:<8} {:<9} {:>8} {:>8} {:>8} {:>8} {:>6}  EXPORT",
+            "NAME", "ALGORITHM", "DISKSIZE", "DATA", "COMPR", "TOTAL", "RATIO"
+        );
+        for d in &devices {
+            println!(
+                "{:<8} {:<9} {:>8} {:>8} {:>8} {:>8} {:>6.2}  {}",
+                d.name,
+                d.algorithm,
+                zramd::human::size(d.disksize),
+                zramd::human::size(d.data),
+                zramd::human::size(d.compr),
+                zramd::human::size(d.total),
+                d.ratio,
+                d.export
+            );
+        }
+    }
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
     let cli = Cli::parse();
     match cli.command {
+        Command::Serve(a) => zramd::serve::run(&serve_options(&a)?),
+        Command::Stat(a) => stat(&a),
+        Command::Compact { device, control } => {
+            let r = control::call(&control.path(), &Request::Compact { device })?;
+            println!("{} pages freed", r.pages_freed.unwrap_or(0));
+            Ok(())
+        }
+        Command::Reset { device, control } => {
+            control::call(&control.path(), &Request::Reset { device })?;
+            Ok(())
+        }
+        Command::Set {
+            device,
+            attr,
+            value,
+            control,
+        } => {
+            control::call(
+                &control.path(),
+                &Request::Set {
+                    device,
+                    attr,
+                    value,
+                },
+            )?;
+            Ok(())
+        }
         Command::Classes(args) => classes::run(&args),
         Command::Bench(args) => bench::run(&args),
     }

@@ -92,6 +92,9 @@ pub struct Args {
     /// Chain size for the scaling and compaction runs.
     #[arg(long, default_value_t = zsmalloc::class::DEFAULT_CHAIN_SIZE)]
     chain_size: usize,
+    /// Shards per size class (0 = one per CPU).
+    #[arg(long, default_value_t = 0)]
+    shards: usize,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -296,7 +299,11 @@ fn churn(
 /// Operations per second of `threads` threads churning one pool (timed between barriers,
 /// so filling and emptying the working sets are not counted).
 fn throughput(args: &Args, dist: &SizeDist, threads: usize) -> anyhow::Result<f64> {
-    let pool = Pool::new(args.chain_size)?;
+    let pool = Pool::with_config(zsmalloc::PoolConfig {
+        chain_size: args.chain_size,
+        shards: args.shards,
+        ..zsmalloc::PoolConfig::default()
+    })?;
     let barrier = Barrier::new(threads + 1);
     let secs = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)

@@ -1,0 +1,127 @@
+//! The devices a server runs, by name, with their exports and a snapshot of their figures.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use zram::Zram;
+
+use crate::export::{Export, ExportSet};
+
+/// A snapshot of one device, as `zramd stat` shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct DeviceStat {
+    /// Device name (`zram0`).
+    pub name: String,
+    /// Compression algorithm.
+    pub algorithm: String,
+    /// Size in bytes.
+    pub disksize: u64,
+    /// Uncompressed bytes stored (`orig_data_size`).
+    pub data: u64,
+    /// Compressed bytes (`compr_data_size`).
+    pub compr: u64,
+    /// Memory used (`mem_used_total`).
+    pub total: u64,
+    /// `data / total`, 0 when empty.
+    pub ratio: f64,
+    /// Where the device is served (e.g. `nbd://127.0.0.1:10809/zram0`).
+    pub export: String,
+    /// The `mm_stat` line, as the kernel prints it (plus our appended fields).
+    pub mm_stat: String,
+    /// The `mm_stat` fields.
+    pub mm_stat_fields: Vec<u64>,
+    /// The `io_stat` line.
+    pub io_stat: String,
+    /// The `debug_stat` text.
+    pub debug_stat: String,
+    /// zsmalloc chain size.
+    pub chain_size: usize,
+}
+
+/// Where a server serves its devices.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// NBD over TCP.
+    Tcp(std::net::SocketAddr),
+    /// NBD over a unix socket.
+    Unix(std::path::PathBuf),
+    /// A FUSE mount.
+    Fuse(std::path::PathBuf),
+}
+
+impl Endpoint {
+    /// How a client reaches device `name` here.
+    pub fn uri(&self, name: &str) -> String {
+        match self {
+            Endpoint::Tcp(addr) => format!("nbd://{addr}/{name}"),
+            Endpoint::Unix(path) => format!("nbd+unix:///{name}?socket={}", path.display()),
+            Endpoint::Fuse(dir) => format!("{}", dir.join(name).join("disk").display()),
+        }
+    }
+}
+
+/// The devices of one server.
+#[derive(Debug)]
+pub struct Registry {
+    exports: Arc<ExportSet>,
+    /// Where the devices are served.
+    pub served_at: Vec<Endpoint>,
+}
+
+impl Registry {
+    /// A registry of the given exports.
+    pub fn new(exports: Vec<Arc<Export>>) -> Self {
+        Self {
+            exports: Arc::new(ExportSet::new(exports)),
+            served_at: Vec::new(),
+        }
+    }
+
+    /// The exports, for the front ends.
+    pub fn exports(&self) -> &Arc<ExportSet> {
+        &self.exports
+    }
+
+    /// The device with this name.
+    pub fn device(&self, name: &str) -> Option<&Arc<Zram>> {
+        self.exports
+            .iter()
+            .find(|e| e.name == name)
+            .map(|e| &e.device)
+    }
+
+    /// Snapshots of every device.
+    pub fn stats(&self) -> Vec<DeviceStat> {
+        self.exports
+            .iter()
+            .map(|e| {
+                let d = &e.device;
+                let mm = d.mm_stat();
+                DeviceStat {
+                    name: e.name.clone(),
+                    algorithm: d.algorithm().name().to_owned(),
+                    disksize: d.disksize(),
+                    data: mm.orig_data_size,
+                    compr: mm.compr_data_size,
+                    total: mm.mem_used_total,
+                    ratio: if mm.mem_used_total == 0 {
+                        0.0
+                    } else {
+                        mm.orig_data_size as f64 / mm.mem_used_total as f64
+                    },
+                    export: self
+                        .served_at
+                        .iter()
+                        .map(|at| at.uri(&e.name))
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                    mm_stat: mm.format(),
+                    mm_stat_fields: mm.fields().to_vec(),
+                    io_stat: d.io_stat().format(),
+                    debug_stat: d.debug_stat(),
+                    chain_size: d.chain_size(),
+                }
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,280 @@
+//! The kernel zram's attribute files (`/sys/block/zramN/*`) over a [`Device`]: the same
+//! names, modes, formats and errors, so that zram users' scripts keep working against the
+//! FUSE control tree.
+
+use zram::Algorithm;
+use zram::stats::{IoStat, MmStat, format_debug_stat};
+
+use crate::device::{Device, DeviceError};
+
+/// One attribute file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attr {
+    /// File name.
+    pub name: &'static str,
+    /// Permission bits, as the kernel's.
+    pub mode: u16,
+}
+
+impl Attr {
+    /// Can it be read?
+    pub fn readable(&self) -> bool {
+        self.mode & 0o444 != 0
+    }
+    /// Can it be written?
+    pub fn writable(&self) -> bool {
+        self.mode & 0o222 != 0
+    }
+}
+
+/// The attributes, in the order a directory listing shows them.
+pub const ATTRS: [Attr; 11] = [
+    Attr {
+        name: "disksize",
+        mode: 0o644,
+    },
+    Attr {
+        name: "initstate",
+        mode: 0o444,
+    },
+    Attr {
+        name: "reset",
+        mode: 0o200,
+    },
+    Attr {
+        name: "comp_algorithm",
+        mode: 0o644,
+    },
+    Attr {
+        name: "algorithm_params",
+        mode: 0o200,
+    },
+    Attr {
+        name: "mem_limit",
+        mode: 0o200,
+    },
+    Attr {
+        name: "mem_used_max",
+        mode: 0o200,
+    },
+    Attr {
+        name: "compact",
+        mode: 0o200,
+    },
+    Attr {
+        name: "mm_stat",
+        mode: 0o444,
+    },
+    Attr {
+        name: "io_stat",
+        mode: 0o444,
+    },
+    Attr {
+        name: "debug_stat",
+        mode: 0o444,
+    },
+];
+
+/// The attribute with this name.
+pub fn attr(name: &str) -> Option<Attr> {
+    ATTRS.into_iter().find(|a| a.name == name)
+}
+
+/// The backends in the order the kernel lists them.
+const LISTED: [Algorithm; 4] = [
+    Algorithm::LzoRle,
+    Algorithm::Lzo,
+    Algorithm::Lz4,
+    Algorithm::Zstd,
+];
+
+/// The kernel's `memparse` with its "no digits" check.
+fn memparse(value: &str) -> Result<u64, DeviceError> {
+    zram::size::parse_size(value).map_err(|e| DeviceError::Invalid(e.to_string()))
+}
+
+/// Reads an attribute. `Err` carries an errno.
+pub fn read(dev: &Device, name: &str) -> Result<String, i32> {
+    let a = attr(name).ok_or(libc::ENOENT)?;
+    if !a.readable() {
+        return Err(libc::EACCES);
+    }
+    let zram = dev.zram();
+    Ok(match name {
+        "disksize" => format!("{}\n", zram.as_ref().map_or(0, |z| z.disksize())),
+        "initstate" => format!("{}\n", u8::from(zram.is_some())),
+        "comp_algorithm" => {
+            let current = dev.settings().algorithm;
+            let mut s = String::new();
+            for alg in LISTED {
+                if alg == current {
+                    s.push_str(&format!("[{alg}] "));
+                } else {
+                    s.push_str(&format!("{alg} "));
+                }
+            }
+            s.push('\n');
+            s
+        }
+        "mm_stat" => zram.map_or_else(|| MmStat::default().format(), |z| z.mm_stat().format()),
+        "io_stat" => zram.map_or_else(|| IoStat::default().format(), |z| z.io_stat().format()),
+        "debug_stat" => zram.map_or_else(|| format_debug_stat(0), |z| z.debug_stat()),
+        _ => return Err(libc::EACCES),
+    })
+}
+
+/// Writes an attribute. `Err` carries an errno.
+pub fn write(dev: &Device, name: &str, value: &[u8]) -> Result<(), i32> {
+    let a = attr(name).ok_or(libc::ENOENT)?;
+    if !a.writable() {
+        return Err(libc::EACCES);
+    }
+    let text = std::str::from_utf8(value).map_err(|_| libc::EINVAL)?;
+    let value = text.trim_end_matches(['\n', '\0']).trim();
+    store(dev, name, value).map_err(|e| e.errno())
+}
+
+fn store(dev: &Device, name: &str, value: &str) -> Result<(), DeviceError> {
+    match name {
+        "disksize" => {
+            let size = memparse(value)?;
+            let size =
+                zram::size::page_align(size).ok_or_else(|| DeviceError::Invalid(value.into()))?;
+            dev.init(size)
+        }
+        "reset" => match value.parse::<u16>() {
+            Ok(0) | Err(_) => Err(DeviceError::Invalid(value.into())),
+            Ok(_) => dev.reset(),
+        },
+        "comp_algorithm" => {
+            let alg: Algorithm = value
+                .parse()
+                .map_err(|_| DeviceError::Invalid(value.into()))?;
+            dev.update_settings(|s| {
+                s.algorithm = alg;
+                Ok(())
+            })
+        }
+        "algorithm_params" => {
+            let mut level = None;
+            let mut dict = None;
+            for kv in value.split_whitespace() {
+                let (k, v) = kv
+                    .split_once('=')
+                    .ok_or_else(|| DeviceError::Invalid(kv.into()))?;
+                match k {
+                    "priority" if v == "0" => {}
+                    "algo" => {
+                        let alg: Algorithm =
+                            v.parse().map_err(|_| DeviceError::Invalid(v.into()))?;
+                        if alg != dev.settings().algorithm {
+                            return Err(DeviceError::Invalid(format!(
+                                "{alg} is not the device's algorithm"
+                            )));
+                        }
+                    }
+                    "level" => {
+                        level = Some(
+                            v.parse::<i32>()
+                                .map_err(|_| DeviceError::Invalid(v.into()))?,
+                        )
+                    }
+                    "dict" => {
+                        let bytes = std::fs::read(v)
+                            .map_err(|e| DeviceError::Invalid(format!("{v}: {e}")))?;
+                        dict = Some(std::sync::Arc::new(bytes));
+                    }
+                    _ => return Err(DeviceError::Invalid(kv.into())),
+                }
+            }
+            dev.update_settings(|s| {
+                s.params.level = level;
+                s.params.dictionary = dict;
+                Ok(())
+            })
+        }
+        "mem_limit" => {
+            dev.set_mem_limit(memparse(value)?);
+            Ok(())
+        }
+        "mem_used_max" => match value.parse::<u64>() {
+            Ok(0) => {
+                if let Some(z) = dev.zram() {
+                    z.reset_mem_used_max();
+                }
+                Ok(())
+            }
+            _ => Err(DeviceError::Invalid(value.into())),
+        },
+        "compact" => match dev.zram() {
+            Some(z) => {
+                z.compact();
+                Ok(())
+            }
+            None => Err(DeviceError::NotInitialized),
+        },
+        _ => Err(DeviceError::Invalid(name.into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::Settings;
+
+    #[test]
+    fn attributes_behave_as_the_kernels() {
+        let d = Device::new("zram0", Settings::default(), false);
+        assert_eq!(read(&d, "initstate").unwrap(), "0\n");
+        assert_eq!(read(&d, "disksize").unwrap(), "0\n");
+        assert_eq!(
+            read(&d, "comp_algorithm").unwrap(),
+            "lzo-rle lzo [lz4] zstd \n"
+        );
+        assert_eq!(read(&d, "reset"), Err(libc::EACCES));
+        assert_eq!(write(&d, "mm_stat", b"1"), Err(libc::EACCES));
+        assert_eq!(
+            write(&d, "compact", b"1\n"),
+            Err(libc::EINVAL),
+            "compact needs an initialized device"
+        );
+        assert_eq!(write(&d, "comp_algorithm", b"deflate\n"), Err(libc::EINVAL));
+        write(&d, "comp_algorithm", b"zstd\n").unwrap();
+        write(&d, "algorithm_params", b"algo=zstd level=5\n").unwrap();
+        assert_eq!(
+            write(&d, "algorithm_params", b"colour=blue\n"),
+            Err(libc::EINVAL)
+        );
+        assert_eq!(write(&d, "disksize", b"0\n"), Err(libc::EINVAL));
+        assert_eq!(write(&d, "disksize", b"lots\n"), Err(libc::EINVAL));
+        write(&d, "disksize", b"1M\n").unwrap();
+        assert_eq!(read(&d, "initstate").unwrap(), "1\n");
+        assert_eq!(read(&d, "disksize").unwrap(), "1048576\n");
+        assert_eq!(write(&d, "disksize", b"2M\n"), Err(libc::EBUSY));
+        assert_eq!(write(&d, "comp_algorithm", b"lz4\n"), Err(libc::EBUSY));
+        assert_eq!(d.zram().unwrap().params().level, Some(5));
+        write(&d, "mem_limit", b"512K\n").unwrap();
+        assert_eq!(write(&d, "mem_limit", b"x\n"), Err(libc::EINVAL));
+        assert_eq!(write(&d, "mem_used_max", b"5\n"), Err(libc::EINVAL));
+        write(&d, "mem_used_max", b"0\n").unwrap();
+        write(&d, "compact", b"1\n").unwrap();
+        let mm: Vec<u64> = read(&d, "mm_stat")
+            .unwrap()
+            .split_whitespace()
+            .map(|f| f.parse().unwrap())
+            .collect();
+        assert_eq!(mm[3], 512 * 1024, "mem_limit shows in mm_stat");
+        assert_eq!(
+            read(&d, "io_stat").unwrap(),
+            "       0        0 0        0\n"
+        );
+        assert_eq!(write(&d, "reset", b"0\n"), Err(libc::EINVAL));
+        assert_eq!(write(&d, "reset", b"yes\n"), Err(libc::EINVAL));
+        let opened = d.open().unwrap();
+        assert_eq!(write(&d, "reset", b"1\n"), Err(libc::EBUSY));
+        drop(opened);
+        write(&d, "reset", b"1\n").unwrap();
+        assert_eq!(read(&d, "initstate").unwrap(), "0\n");
+        assert_eq!(read(&d, "nonsense"), Err(libc::ENOENT));
+    }
+}
