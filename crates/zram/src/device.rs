@@ -256,6 +256,9 @@ impl Zram {
             let mut g = self.table.lock(index);
             if range.len() == PAGE_SIZE {
                 self.free_slot(&mut g);
+                // The kernel serves REQ_OP_WRITE_ZEROES with its discard path, which
+                // counts every whole page in notify_free.
+                Counters::add(&self.counters.notify_free, 1);
                 Ok(())
             } else {
                 let mut page = [0u8; PAGE_SIZE];

@@ -13,6 +13,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use serde::{Deserialize, Serialize};
 
+use crate::device::DeviceError;
 use crate::registry::{DeviceStat, Registry};
 
 /// Longest request accepted.
@@ -102,25 +103,37 @@ pub fn handle(registry: &Registry, request: &Request) -> Response {
         },
         Request::Compact { device: None } => Response {
             ok: true,
-            pages_freed: Some(registry.exports().iter().map(|e| e.device.compact()).sum()),
+            pages_freed: Some(
+                registry
+                    .exports()
+                    .iter()
+                    .filter_map(|e| e.device.zram())
+                    .map(|z| z.compact())
+                    .sum(),
+            ),
             ..Response::default()
         },
-        Request::Compact { device: Some(name) } => match device(name) {
-            Ok(d) => Response {
+        Request::Compact { device: Some(name) } => match device(name).map(|d| d.zram()) {
+            Ok(Some(z)) => Response {
                 ok: true,
-                pages_freed: Some(d.compact()),
+                pages_freed: Some(z.compact()),
                 ..Response::default()
             },
+            Ok(None) => Response::error(format!("{name} is not initialized")),
             Err(e) => Response::error(e),
         },
         Request::Reset { device: name } => match device(name) {
-            Ok(d) => {
-                d.reset();
-                Response {
+            Ok(d) => match d.clear() {
+                Ok(()) => Response {
                     ok: true,
                     ..Response::default()
-                }
-            }
+                },
+                Err(DeviceError::Busy) => Response::error(format!(
+                    "{name} is busy: {} client(s) have it open (the kernel refuses reset too)",
+                    d.openers()
+                )),
+                Err(e) => Response::error(format!("{name}: {e}")),
+            },
             Err(e) => Response::error(e),
         },
         Request::Set {
@@ -141,7 +154,9 @@ pub fn handle(registry: &Registry, request: &Request) -> Response {
                     Err(e) => Response::error(e),
                 },
                 "mem_used_max" if value.trim() == "0" => {
-                    d.reset_mem_used_max();
+                    if let Some(z) = d.zram() {
+                        z.reset_mem_used_max();
+                    }
                     Response {
                         ok: true,
                         ..Response::default()

@@ -69,7 +69,6 @@ impl Default for Settings {
 #[derive(Debug)]
 pub struct Device {
     name: String,
-    read_only: bool,
     settings: Mutex<Settings>,
     zram: RwLock<Option<Arc<Zram>>>,
     openers: Arc<AtomicUsize>,
@@ -97,10 +96,9 @@ impl Drop for Opened {
 
 impl Device {
     /// An uninitialized device.
-    pub fn new(name: impl Into<String>, settings: Settings, read_only: bool) -> Self {
+    pub fn new(name: impl Into<String>, settings: Settings) -> Self {
         Self {
             name: name.into(),
-            read_only,
             settings: Mutex::new(settings),
             zram: RwLock::new(None),
             openers: Arc::new(AtomicUsize::new(0)),
@@ -112,9 +110,8 @@ impl Device {
         name: impl Into<String>,
         settings: Settings,
         disksize: u64,
-        read_only: bool,
     ) -> Result<Self, DeviceError> {
-        let dev = Self::new(name, settings, read_only);
+        let dev = Self::new(name, settings);
         dev.init(disksize)?;
         Ok(dev)
     }
@@ -122,11 +119,6 @@ impl Device {
     /// The device's name.
     pub fn name(&self) -> &str {
         &self.name
-    }
-
-    /// Is it exported read-only?
-    pub fn read_only(&self) -> bool {
-        self.read_only
     }
 
     /// The data, if initialized (for figures; front ends serving I/O use [`open`](Self::open)).
@@ -242,7 +234,7 @@ mod tests {
 
     #[test]
     fn life_cycle_follows_the_kernel() {
-        let d = Device::new("zram0", Settings::default(), false);
+        let d = Device::new("zram0", Settings::default());
         assert!(!d.initialized());
         assert!(d.open().is_none());
         d.update_settings(|s| {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
-use zram::Zram;
+use crate::device::Device;
 
 /// Kinds of requests a front end serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,7 +109,7 @@ pub struct Export {
     /// Export name (the device name, e.g. `zram0`).
     pub name: String,
     /// The device.
-    pub device: Arc<Zram>,
+    pub device: Arc<Device>,
     /// Refuse writes.
     pub read_only: bool,
     /// Request statistics.
@@ -118,7 +118,7 @@ pub struct Export {
 
 impl Export {
     /// An export of `device` under `name`.
-    pub fn new(name: impl Into<String>, device: Arc<Zram>, read_only: bool) -> Self {
+    pub fn new(name: impl Into<String>, device: Arc<Device>, read_only: bool) -> Self {
         Self {
             name: name.into(),
             device,

@@ -2,10 +2,9 @@
 
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
-use zram::Zram;
-
+use crate::device::Device;
 use crate::export::{Export, ExportSet};
+use serde::{Deserialize, Serialize};
 
 /// A snapshot of one device, as `zramd stat` shows it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -36,6 +35,8 @@ pub struct DeviceStat {
     pub debug_stat: String,
     /// zsmalloc chain size.
     pub chain_size: usize,
+    /// Front ends holding the device open (NBD connections, open FUSE files).
+    pub openers: usize,
 }
 
 /// Where a server serves its devices.
@@ -83,7 +84,7 @@ impl Registry {
     }
 
     /// The device with this name.
-    pub fn device(&self, name: &str) -> Option<&Arc<Zram>> {
+    pub fn device(&self, name: &str) -> Option<&Arc<Device>> {
         self.exports
             .iter()
             .find(|e| e.name == name)
@@ -95,12 +96,13 @@ impl Registry {
         self.exports
             .iter()
             .map(|e| {
-                let d = &e.device;
-                let mm = d.mm_stat();
+                let zram = e.device.zram();
+                let settings = e.device.settings();
+                let mm = zram.as_ref().map(|z| z.mm_stat()).unwrap_or_default();
                 DeviceStat {
                     name: e.name.clone(),
-                    algorithm: d.algorithm().name().to_owned(),
-                    disksize: d.disksize(),
+                    algorithm: settings.algorithm.name().to_owned(),
+                    disksize: zram.as_ref().map_or(0, |z| z.disksize()),
                     data: mm.orig_data_size,
                     compr: mm.compr_data_size,
                     total: mm.mem_used_total,
@@ -117,9 +119,16 @@ impl Registry {
                         .join(" "),
                     mm_stat: mm.format(),
                     mm_stat_fields: mm.fields().to_vec(),
-                    io_stat: d.io_stat().format(),
-                    debug_stat: d.debug_stat(),
-                    chain_size: d.chain_size(),
+                    io_stat: zram
+                        .as_ref()
+                        .map(|z| z.io_stat())
+                        .unwrap_or_default()
+                        .format(),
+                    debug_stat: zram
+                        .as_ref()
+                        .map_or_else(|| zram::stats::format_debug_stat(0), |z| z.debug_stat()),
+                    chain_size: settings.chain_size,
+                    openers: e.device.openers(),
                 }
             })
             .collect()

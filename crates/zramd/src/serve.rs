@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use serde::Deserialize;
-use zram::{Algorithm, AlgorithmParams, Zram, ZramConfig};
+use zram::{Algorithm, AlgorithmParams};
 
+use crate::device::{Device, Settings};
 use crate::export::Export;
 use crate::registry::{Endpoint, Registry};
 
@@ -72,8 +73,8 @@ impl Default for DeviceSpec {
 }
 
 impl DeviceSpec {
-    /// Makes the device.
-    pub fn build(&self) -> anyhow::Result<Zram> {
+    /// Makes the device, initialized.
+    pub fn build(&self) -> anyhow::Result<Device> {
         if self.name.is_empty() || self.name.contains(['/', '\0']) {
             bail!("device name {:?} is not a valid name", self.name);
         }
@@ -82,8 +83,7 @@ impl DeviceSpec {
         if disksize == 0 {
             bail!("device {}: size must be more than 0", self.name);
         }
-        let dev = Zram::new(ZramConfig {
-            disksize,
+        let settings = Settings {
             algorithm,
             params: AlgorithmParams {
                 level: self.level,
@@ -91,10 +91,9 @@ impl DeviceSpec {
             },
             chain_size: self.chain_size,
             mem_limit: zram::size::parse_size(&self.mem_limit)?,
-            ..ZramConfig::default()
-        })
-        .with_context(|| format!("device {}", self.name))?;
-        Ok(dev)
+        };
+        Device::with_size(self.name.clone(), settings, disksize)
+            .with_context(|| format!("device {}", self.name))
     }
 }
 

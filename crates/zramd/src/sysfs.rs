@@ -224,7 +224,7 @@ mod tests {
 
     #[test]
     fn attributes_behave_as_the_kernels() {
-        let d = Device::new("zram0", Settings::default(), false);
+        let d = Device::new("zram0", Settings::default());
         assert_eq!(read(&d, "initstate").unwrap(), "0\n");
         assert_eq!(read(&d, "disksize").unwrap(), "0\n");
         assert_eq!(

@@ -482,11 +482,14 @@ fn many_clients_at_once() {
 #[test]
 fn memory_limit_gives_enospc() {
     let dev = Arc::new(
-        zram::Zram::new(zram::ZramConfig {
-            disksize: SIZE,
-            mem_limit: 64 * 1024,
-            ..Default::default()
-        })
+        zramd::device::Device::with_size(
+            "zram0",
+            zramd::device::Settings {
+                mem_limit: 64 * 1024,
+                ..Default::default()
+            },
+            SIZE,
+        )
         .expect("device"),
     );
     let exports = vec![Arc::new(Export::new("zram0", dev, false))];

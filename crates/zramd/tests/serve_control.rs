@@ -40,7 +40,7 @@ fn stat_set_compact_reset_and_errors() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(&options(dir.path())).unwrap();
     let path = server.control_path.clone();
-    let dev = server.registry.device("zram0").unwrap().clone();
+    let dev = server.registry.device("zram0").unwrap().zram().unwrap();
     for i in 0..64 {
         dev.write(i as u64 * 4096, &text_page(i)).unwrap();
     }

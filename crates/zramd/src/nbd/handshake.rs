@@ -16,6 +16,7 @@ use tracing::{debug, warn};
 use super::ServerConfig;
 use super::conn::{Conn, discard_by, read_exact_by, write_all_by};
 use super::proto::*;
+use crate::device::Opened;
 use crate::export::{Export, ExportSet};
 
 /// Option data longer than this is refused (`NBD_REP_ERR_TOO_BIG`) without being stored.
@@ -43,6 +44,8 @@ pub fn transmission_flags(read_only: bool, structured: bool) -> u16 {
 pub(crate) struct Session {
     /// The export served.
     pub export: Arc<Export>,
+    /// The device, held open for the session.
+    pub dev: Opened,
     /// Structured replies were negotiated.
     pub structured: bool,
     /// `base:allocation` was selected for this export.
@@ -176,9 +179,15 @@ impl<C: Conn> Negotiation<'_, C> {
                     );
                     return Ok(Some(None));
                 };
-                let session = self.session(export);
+                let Some(session) = self.session(export) else {
+                    warn!(
+                        peer = self.peer,
+                        "nbd: EXPORT_NAME of an uninitialized device; closing"
+                    );
+                    return Ok(Some(None));
+                };
                 let flags = transmission_flags(session.export.read_only, session.structured);
-                let size = session.export.device.disksize();
+                let size = session.dev.disksize();
                 let reply = export_name_reply(size, flags, self.state.no_zeroes);
                 write_all_by(self.conn, &reply, self.deadline)?;
                 return Ok(Some(Some(session)));
@@ -219,17 +228,20 @@ impl<C: Conn> Negotiation<'_, C> {
         Ok(None)
     }
 
-    fn session(&self, export: Arc<Export>) -> Session {
+    /// Opens the export's device for a session; `None` when it is not initialized.
+    fn session(&self, export: Arc<Export>) -> Option<Session> {
         let block_status = self
             .state
             .meta
             .as_ref()
             .is_some_and(|m| Arc::ptr_eq(m, &export));
-        Session {
+        let dev = export.device.open()?;
+        Some(Session {
             export,
+            dev,
             structured: self.state.structured,
             block_status,
-        }
+        })
     }
 
     fn info(&mut self, option: u32, data: &[u8]) -> io::Result<Option<Option<Session>>> {
@@ -241,7 +253,15 @@ impl<C: Conn> Negotiation<'_, C> {
             self.error(option, REP_ERR_UNKNOWN, "no such export")?;
             return Ok(None);
         };
-        let size = export.device.disksize();
+        let Some(zram) = export.device.zram() else {
+            self.error(
+                option,
+                REP_ERR_UNKNOWN,
+                "device not initialized (no disksize)",
+            )?;
+            return Ok(None);
+        };
+        let size = zram.disksize();
         let flags = transmission_flags(export.read_only, self.state.structured);
         self.reply(option, REP_INFO, &info_export(size, flags))?;
         if req.requests.contains(&INFO_NAME) {
@@ -252,7 +272,7 @@ impl<C: Conn> Negotiation<'_, C> {
                 "zramd: compressed RAM device {} ({} bytes, {}{})",
                 export.name,
                 size,
-                export.device.algorithm(),
+                zram.algorithm(),
                 if export.read_only { ", read-only" } else { "" }
             );
             self.reply(option, REP_INFO, &info_string(INFO_DESCRIPTION, &text))?;
@@ -262,7 +282,13 @@ impl<C: Conn> Negotiation<'_, C> {
         self.reply(option, REP_INFO, &block)?;
         self.reply(option, REP_ACK, &[])?;
         if option == OPT_GO {
-            return Ok(Some(Some(self.session(export))));
+            drop(zram);
+            return match self.session(export) {
+                Some(session) => Ok(Some(Some(session))),
+                // Reset between the INFO replies and here: the client sees a closed
+                // connection rather than a device that vanished under it.
+                None => Ok(Some(None)),
+            };
         }
         Ok(None)
     }

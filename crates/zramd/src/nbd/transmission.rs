@@ -33,7 +33,9 @@ use super::conn::{Conn, discard, is_disconnect};
 use super::handshake::Session;
 use super::proto::*;
 use super::rules::{Limits, block_status_extents, check_request, skip_limit};
+use crate::device::Opened;
 use crate::export::{Export, Op};
+use zram::Zram;
 
 /// Worker threads per connection.
 pub const WORKERS: usize = 4;
@@ -86,6 +88,7 @@ impl Budget {
 struct Shared<C> {
     writer: Mutex<C>,
     export: Arc<Export>,
+    dev: Opened,
     limits: Limits,
     peer: String,
     budget: Budget,
@@ -157,7 +160,7 @@ pub(crate) fn serve<C: Conn>(
     conn.set_timeouts(None)?;
     let max_request = config.effective_max_request();
     let limits = Limits {
-        size: session.export.device.disksize(),
+        size: session.dev.disksize(),
         max_request,
         read_only: session.export.read_only,
         structured: session.structured,
@@ -166,6 +169,7 @@ pub(crate) fn serve<C: Conn>(
     let shared = Shared {
         writer: Mutex::new(conn.duplicate()?),
         export: session.export,
+        dev: session.dev,
         limits,
         peer: peer.to_owned(),
         budget: Budget {
@@ -328,7 +332,7 @@ fn execute<C: Conn>(shared: &Shared<C>, job: Job) {
     let result = match req.kind {
         CMD_READ => return read(shared, &req, start),
         CMD_BLOCK_STATUS => return block_status(shared, &req, start),
-        _ => run(&shared.export, &req, &payload),
+        _ => run(&shared.dev, &req, &payload),
     };
     let ok = result.is_ok();
     match result {
@@ -342,8 +346,7 @@ fn execute<C: Conn>(shared: &Shared<C>, job: Job) {
 }
 
 /// Commands without reply data.
-fn run(export: &Export, req: &Request, payload: &[u8]) -> Result<(), (u32, String)> {
-    let dev = &export.device;
+fn run(dev: &Zram, req: &Request, payload: &[u8]) -> Result<(), (u32, String)> {
     let write = req.kind != CMD_FLUSH && req.kind != CMD_CACHE;
     let fail = |e: zram::Error| (errno(&e, write), e.to_string());
     match req.kind {
@@ -391,7 +394,7 @@ fn read<C: Conn>(shared: &Shared<C>, req: &Request, start: Instant) {
         SIMPLE_REPLY_LEN
     };
     let mut buf = vec![0u8; head + len];
-    match shared.export.device.read(req.offset, &mut buf[head..]) {
+    match shared.dev.read(req.offset, &mut buf[head..]) {
         Ok(()) => {
             if structured {
                 // len <= the maximum block size (at most 1 GiB): the chunk length fits.
@@ -416,10 +419,8 @@ fn read<C: Conn>(shared: &Shared<C>, req: &Request, start: Instant) {
 }
 
 /// The `base:allocation` status of one page.
-fn page_status(export: &Export, page: u64) -> u32 {
-    let entry = usize::try_from(page)
-        .ok()
-        .and_then(|i| export.device.slot(i));
+fn page_status(dev: &Zram, page: u64) -> u32 {
+    let entry = usize::try_from(page).ok().and_then(|i| dev.slot(i));
     match entry {
         Some(e) if e.is_allocated() => {
             if e.flags.contains(Flags::SAME) && e.handle == 0 {
@@ -435,7 +436,7 @@ fn page_status(export: &Export, page: u64) -> u32 {
 fn block_status<C: Conn>(shared: &Shared<C>, req: &Request, start: Instant) {
     let req_one = req.flags & CMD_FLAG_REQ_ONE != 0;
     let extents = block_status_extents(req.offset, req.length, PAGE, MAX_EXTENTS, req_one, |p| {
-        page_status(&shared.export, p)
+        page_status(&shared.dev, p)
     });
     shared.send(&block_status_chunk(
         req.handle,

@@ -15,14 +15,11 @@ use zramd::export::{Export, ExportSet};
 use zramd::nbd::proto::*;
 use zramd::nbd::{ServerConfig, serve_tcp, serve_unix};
 
-/// A zram device of `size` bytes.
-pub fn device(size: u64) -> Arc<zram::Zram> {
+/// An initialized zram device of `size` bytes.
+pub fn device(size: u64) -> Arc<zramd::device::Device> {
     Arc::new(
-        zram::Zram::new(zram::ZramConfig {
-            disksize: size,
-            ..Default::default()
-        })
-        .expect("device"),
+        zramd::device::Device::with_size("zram0", zramd::device::Settings::default(), size)
+            .expect("device"),
     )
 }
 

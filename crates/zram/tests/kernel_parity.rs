@@ -1,0 +1,353 @@
+//! Parity with the kernel's zram, device against device: for each of lzo, lzo-rle and lz4
+//! that the kernel offers, the same corpus of real pages (binaries, C headers, zero and
+//! same-filled pages) is written with O_DIRECT to a hot-added kernel zram device and through
+//! our `Zram` with the same algorithm and chain size 8. `orig_data_size` and `same_pages`
+//! must match exactly, `compr_data_size` within 2% (lz4, the same C library on both sides,
+//! within 0.1%), and both devices must read the corpus back.
+//!
+//! Needs root and `/sys/class/zram-control`; otherwise it says why and returns. The kernel
+//! device is ours alone (hot-added; zram0 and zram1 are never touched) and is reset and
+//! hot-removed on every way out, panics included, by a guard's `Drop`.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use zram::{Algorithm, AlgorithmParams, PAGE_SIZE, Zram, ZramConfig};
+
+const CONTROL: &str = "/sys/class/zram-control";
+const DISKSIZE: u64 = 64 << 20;
+const TOLERANCE: f64 = 0.02;
+const LZ4_TOLERANCE: f64 = 0.001;
+
+/// A kernel zram device this test hot-added; reset and removed when dropped.
+struct KernelDevice {
+    id: u32,
+}
+
+impl KernelDevice {
+    fn hot_add() -> io::Result<Self> {
+        let text = fs::read_to_string(format!("{CONTROL}/hot_add"))?;
+        let id: u32 = text
+            .trim()
+            .parse()
+            .map_err(|e| io::Error::other(format!("hot_add printed {text:?}: {e}")))?;
+        // Not ours to touch: never reset or remove zram0 or zram1.
+        assert!(id > 1, "hot_add returned zram{id}, which existed before");
+        Ok(Self { id })
+    }
+
+    fn attr(&self, name: &str) -> PathBuf {
+        PathBuf::from(format!("/sys/block/zram{}/{name}", self.id))
+    }
+
+    fn set(&self, name: &str, value: &str) -> io::Result<()> {
+        fs::write(self.attr(name), value)
+            .map_err(|e| io::Error::new(e.kind(), format!("zram{} {name} = {value}: {e}", self.id)))
+    }
+
+    fn get(&self, name: &str) -> io::Result<String> {
+        fs::read_to_string(self.attr(name))
+    }
+
+    /// The first nine `mm_stat` fields.
+    fn mm_stat(&self) -> io::Result<Vec<u64>> {
+        let text = self.get("mm_stat")?;
+        let f: Vec<u64> = text
+            .split_whitespace()
+            .take(9)
+            .map(|x| {
+                x.parse()
+                    .map_err(|e| io::Error::other(format!("{text:?}: {e}")))
+            })
+            .collect::<io::Result<_>>()?;
+        if f.len() < 9 {
+            return Err(io::Error::other(format!("short mm_stat: {text:?}")));
+        }
+        Ok(f)
+    }
+
+    fn open(&self) -> io::Result<File> {
+        let path = format!("/dev/zram{}", self.id);
+        // devtmpfs makes the node; give it a moment on udev-less systems.
+        for _ in 0..100 {
+            if Path::new(&path).exists() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&path)
+    }
+}
+
+impl Drop for KernelDevice {
+    fn drop(&mut self) {
+        if let Err(e) = fs::write(self.attr("reset"), "1") {
+            eprintln!("could not reset zram{}: {e}", self.id);
+        }
+        if let Err(e) = fs::write(format!("{CONTROL}/hot_remove"), self.id.to_string()) {
+            eprintln!("could not hot_remove zram{}: {e}", self.id);
+        }
+    }
+}
+
+/// A page-aligned window of an ordinary `Vec`, for O_DIRECT.
+struct Aligned {
+    buf: Vec<u8>,
+    offset: usize,
+    len: usize,
+}
+
+impl Aligned {
+    fn new(len: usize) -> Self {
+        let buf = vec![0u8; len + PAGE_SIZE];
+        let offset = buf.as_ptr().align_offset(PAGE_SIZE);
+        assert!(offset < PAGE_SIZE);
+        Self { buf, offset, len }
+    }
+
+    fn get(&mut self) -> &mut [u8] {
+        &mut self.buf[self.offset..self.offset + self.len]
+    }
+}
+
+const CHUNK: usize = 64 * PAGE_SIZE;
+
+fn write_direct(dev: &File, data: &[u8]) -> io::Result<()> {
+    let mut buf = Aligned::new(CHUNK);
+    for (i, chunk) in data.chunks(CHUNK).enumerate() {
+        let b = &mut buf.get()[..chunk.len()];
+        b.copy_from_slice(chunk);
+        dev.write_all_at(b, (i * CHUNK) as u64)?;
+    }
+    dev.sync_all()
+}
+
+fn read_direct(dev: &File, len: usize) -> io::Result<Vec<u8>> {
+    let mut buf = Aligned::new(CHUNK);
+    let mut out = Vec::with_capacity(len);
+    while out.len() < len {
+        let n = CHUNK.min(len - out.len());
+        let b = &mut buf.get()[..n];
+        dev.read_exact_at(b, out.len() as u64)?;
+        out.extend_from_slice(b);
+    }
+    Ok(out)
+}
+
+fn is_root() -> bool {
+    fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines()
+            .find(|l| l.starts_with("Uid:"))
+            .and_then(|l| l.split_whitespace().nth(2))
+            == Some("0")
+    })
+}
+
+/// Regular files under `dir` (symlinks skipped), sorted, depth first.
+fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = fs::read_dir(dir) else { return };
+    let mut entries: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    entries.sort();
+    for p in entries {
+        match fs::symlink_metadata(&p) {
+            Ok(m) if m.is_dir() => files_under(&p, out),
+            Ok(m) if m.is_file() => out.push(p),
+            _ => {}
+        }
+    }
+}
+
+/// Up to `per_file` bytes of each file under `dir` whose name ends in `suffix`, until
+/// `budget` bytes.
+fn files(dir: &str, suffix: &str, per_file: u64, budget: usize) -> Vec<u8> {
+    let mut list = Vec::new();
+    files_under(Path::new(dir), &mut list);
+    let mut out = Vec::new();
+    for f in list {
+        if out.len() >= budget {
+            break;
+        }
+        if !f.to_string_lossy().ends_with(suffix) {
+            continue;
+        }
+        if let Ok(file) = File::open(&f) {
+            let _ = file.take(per_file).read_to_end(&mut out);
+        }
+    }
+    out.truncate(budget);
+    out
+}
+
+/// About 14 MiB of this machine's binaries and headers, with zero pages and pages of a
+/// repeated non-zero word mixed in; whole pages.
+fn corpus() -> Vec<u8> {
+    let mut real = files("/usr/bin", "", 256 << 10, 10 << 20);
+    real.extend(files("/usr/include", ".h", 64 << 10, 4 << 20));
+    real.truncate(real.len() / PAGE_SIZE * PAGE_SIZE);
+    let mut out = Vec::with_capacity(real.len() + (1 << 20));
+    for (i, page) in real.chunks_exact(PAGE_SIZE).enumerate() {
+        out.extend_from_slice(page);
+        if i % 37 == 0 {
+            out.extend_from_slice(&[0u8; PAGE_SIZE]);
+        }
+        if i % 101 == 0 {
+            out.extend_from_slice(
+                &(0x0102_0304_0506_0708u64 ^ i as u64)
+                    .to_ne_bytes()
+                    .repeat(512),
+            );
+        }
+    }
+    out
+}
+
+#[derive(Debug)]
+struct Figures {
+    orig: u64,
+    compr: u64,
+    used: u64,
+    same: u64,
+    huge: u64,
+}
+
+fn kernel_run(name: &str, corpus: &[u8]) -> io::Result<Figures> {
+    let dev = KernelDevice::hot_add()?;
+    dev.set("comp_algorithm", name)?;
+    let chosen = dev.get("comp_algorithm")?;
+    assert!(
+        chosen.contains(&format!("[{name}]")),
+        "zram{}: {chosen:?}",
+        dev.id
+    );
+    dev.set("disksize", &DISKSIZE.to_string())?;
+    let file = dev.open()?;
+    write_direct(&file, corpus)?;
+    let back = read_direct(&file, corpus.len())?;
+    assert!(
+        back == corpus,
+        "zram{} ({name}) read back different data",
+        dev.id
+    );
+    drop(file);
+    let f = dev.mm_stat()?;
+    Ok(Figures {
+        orig: f[0],
+        compr: f[1],
+        used: f[2],
+        same: f[5],
+        huge: f[7],
+    })
+}
+
+fn our_run(algorithm: Algorithm, corpus: &[u8]) -> Figures {
+    let zram = Zram::new(ZramConfig {
+        disksize: DISKSIZE,
+        algorithm,
+        params: AlgorithmParams::default(),
+        chain_size: 8,
+        mem_limit: 0,
+        auto_compact: None,
+        ..ZramConfig::default()
+    })
+    .expect("device");
+    for (i, chunk) in corpus.chunks(CHUNK).enumerate() {
+        zram.write((i * CHUNK) as u64, chunk).expect("write");
+    }
+    let mut back = vec![0u8; corpus.len()];
+    zram.read(0, &mut back).expect("read");
+    assert!(back == corpus, "{algorithm}: read back different data");
+    zram.pool().check_invariants().expect("pool invariants");
+    let m = zram.mm_stat();
+    Figures {
+        orig: m.orig_data_size,
+        compr: m.compr_data_size,
+        used: m.mem_used_total,
+        same: m.same_pages,
+        huge: m.huge_pages,
+    }
+}
+
+#[test]
+fn compressed_sizes_match_the_kernel() {
+    if !is_root() {
+        println!("kernel_parity skipped: not running as root (needs /sys/class/zram-control)");
+        return;
+    }
+    if !Path::new(CONTROL).exists() {
+        println!("kernel_parity skipped: {CONTROL} missing (zram module not loaded?)");
+        return;
+    }
+    let offered = {
+        // Ask a throwaway device which algorithms the kernel has.
+        let dev = KernelDevice::hot_add().expect("hot_add");
+        dev.get("comp_algorithm").expect("comp_algorithm")
+    };
+    let offered: Vec<String> = offered
+        .split_whitespace()
+        .map(|a| a.trim_matches(['[', ']']).to_owned())
+        .collect();
+    let corpus = corpus();
+    assert!(corpus.len() > 8 << 20, "corpus only {} bytes", corpus.len());
+    let zero_and_same = corpus
+        .chunks_exact(PAGE_SIZE)
+        .filter(|p| p.chunks_exact(8).all(|w| w == &p[..8]))
+        .count() as u64;
+    println!(
+        "corpus: {} pages, {} same-filled; kernel offers {offered:?}",
+        corpus.len() / PAGE_SIZE,
+        zero_and_same
+    );
+
+    let mut compared = 0;
+    for algorithm in [Algorithm::Lzo, Algorithm::LzoRle, Algorithm::Lz4] {
+        let name = algorithm.name();
+        if !offered.iter().any(|a| a == name) {
+            println!("{name}: not offered by this kernel, skipped");
+            continue;
+        }
+        let k = kernel_run(name, &corpus).unwrap_or_else(|e| panic!("kernel {name}: {e}"));
+        let o = our_run(algorithm, &corpus);
+        let diff = (o.compr as f64 - k.compr as f64) / k.compr as f64;
+        println!(
+            "{name:8} kernel: orig {} compr {} used {} same {} huge {}\n\
+             {name:8} ours:   orig {} compr {} used {} same {} huge {}\n\
+             {name:8} compr_data_size differs by {:+.4}%",
+            k.orig,
+            k.compr,
+            k.used,
+            k.same,
+            k.huge,
+            o.orig,
+            o.compr,
+            o.used,
+            o.same,
+            o.huge,
+            diff * 100.0
+        );
+        assert_eq!(o.orig, corpus.len() as u64, "{name}");
+        assert_eq!(k.orig, o.orig, "{name}: orig_data_size");
+        assert_eq!(k.same, o.same, "{name}: same_pages");
+        assert_eq!(o.same, zero_and_same, "{name}: same_pages vs corpus");
+        let tolerance = if algorithm == Algorithm::Lz4 {
+            LZ4_TOLERANCE
+        } else {
+            TOLERANCE
+        };
+        assert!(
+            diff.abs() <= tolerance,
+            "{name}: compr_data_size kernel {} ours {} ({:+.3}%)",
+            k.compr,
+            o.compr,
+            diff * 100.0
+        );
+        compared += 1;
+    }
+    assert!(compared > 0, "the kernel offers none of lzo, lzo-rle, lz4");
+}
