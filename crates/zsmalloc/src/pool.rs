@@ -6,15 +6,18 @@
 //!    zspages (their memory and bookkeeping), fullness lists and handle table. At most one
 //!    class lock is held at a time. Object copies (at most 4 KiB) happen under it;
 //!    compaction takes it per source zspage and lets go in between.
-//!
-//! Beyond the kernel, each size class is split into `shards` (one per CPU by default, up
-//! to 16), each with its own lock, zspages and handles; `malloc` uses the calling thread's
-//! shard (threads are spread over shards in order of first use) and an object stays in its
-//! shard for life (its handle names it). Threads on
-//! different CPUs thus rarely share a lock, a cache line or a zspage, which is what lets
-//! the pool scale; the cost is at most one partly used zspage per class per extra shard.
 //! 2. the page source lock (`sys::PageSource`) — a leaf, never held while taking another.
 //!    Zspage pages are obtained and given back without the class lock held.
+//!
+//! Beyond the kernel, each size class can be split into `shards` (up to one per CPU, at
+//! most 16), each with its own lock, zspages and handles; an object stays in its shard for
+//! life (its handle names it). A class starts on its first shard; the first time a `malloc`
+//! finds that shard's lock held by another thread, the class becomes *sharded* and from
+//! then on each thread allocates in its own shard (threads are spread over shards in order
+//! of first use). Threads contending for a class thus stop sharing a lock, a cache line or
+//! a zspage, which is what lets the pool scale; classes nobody contends for stay on one
+//! shard and pack exactly as the kernel's. The cost is at most one partly used zspage per
+//! sharded class per extra shard.
 //!
 //! The kernel also has a per-zspage lock so that a mapped object can be read without the
 //! class lock; here an object is only borrowed for the span of a closure
@@ -36,7 +39,7 @@ use crate::handle::{Handle, HandleTable, Location};
 /// Most shards per size class.
 const MAX_SHARDS: usize = 16;
 use crate::stats::{ClassStats, PoolStats};
-use crate::sync::{AtomicU64, AtomicUsize, Mutex};
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, MutexGuard};
 use crate::sys::PageSource;
 use crate::zspage::{
     GROUP_EMPTY, GROUP_FULL, NR_GROUPS, ZsPage, fullness_group, header, is_allocated, set_header,
@@ -77,6 +80,8 @@ pub struct Pool {
     /// `shards` consecutive entries per distinct class, in ascending class order.
     classes: Vec<CachePadded<SizeClass>>,
     shards: usize,
+    /// Per distinct class: have threads contended for it (so `malloc` spreads over shards)?
+    sharded: Vec<AtomicBool>,
     source: Arc<PageSource>,
     pages_allocated: CachePadded<AtomicUsize>,
     pages_compacted: AtomicU64,
@@ -226,6 +231,9 @@ impl Pool {
             n => n,
         }
         .clamp(1, MAX_SHARDS);
+        let sharded = (0..table.classes().len())
+            .map(|_| AtomicBool::new(false))
+            .collect();
         let classes = table
             .classes()
             .iter()
@@ -241,6 +249,7 @@ impl Pool {
             table,
             classes,
             shards,
+            sharded,
             source: PageSource::new(config.populate, config.page_cache_pages),
             pages_allocated: CachePadded::new(AtomicUsize::new(0)),
             pages_compacted: AtomicU64::new(0),
@@ -269,6 +278,22 @@ impl Pool {
         Ok(self.table.class_for(size))
     }
 
+    /// Picks and locks the shard a `malloc` in class `class_pos` uses: the first shard until
+    /// another thread is found holding its lock, then the calling thread's own shard. So a
+    /// class that only one thread at a time uses keeps to one shard and packs exactly as the
+    /// kernel's, and only classes that threads really contend for pay for extra shards.
+    fn lock_for_malloc(&self, class_pos: usize) -> (usize, MutexGuard<'_, ClassInner>) {
+        let first = class_pos * self.shards;
+        if self.shards > 1 && !self.sharded[class_pos].load(Ordering::Relaxed) {
+            if let Some(guard) = self.classes[first].inner.try_lock() {
+                return (first, guard);
+            }
+            self.sharded[class_pos].store(true, Ordering::Relaxed);
+        }
+        let pos = first + crate::sys::thread_slot() % self.shards;
+        (pos, self.classes[pos].inner.lock())
+    }
+
     fn class_of(&self, handle: Handle) -> Result<(&SizeClass, usize, u64, u32)> {
         let (pos, generation, slot) = handle.decode().ok_or(Error::StaleHandle(handle))?;
         let class = self.classes.get(pos).ok_or(Error::StaleHandle(handle))?;
@@ -279,12 +304,11 @@ impl Pool {
     /// contents are unspecified until written.
     pub fn malloc(&self, size: usize) -> Result<Handle> {
         check_size(size)?;
-        let shard = crate::sys::thread_slot() % self.shards;
-        let pos = self.table.position_for(size) * self.shards + shard;
+        let class_pos = self.table.position_for(size);
+        let (pos, mut inner) = self.lock_for_malloc(class_pos);
         let class = &self.classes[pos];
         let geom = class.geom;
         let huge = geom.is_huge();
-        let mut inner = class.inner.lock();
         let id = match inner.fullest_with_room(None) {
             Some(id) => id,
             None => {

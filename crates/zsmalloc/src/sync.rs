@@ -4,14 +4,14 @@
 
 #[cfg(not(shuttle))]
 mod imp {
-    pub use parking_lot::Mutex;
-    pub use std::sync::atomic::{AtomicU64, AtomicUsize};
+    pub use parking_lot::{Mutex, MutexGuard};
+    pub use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 }
 
 #[cfg(shuttle)]
 mod imp {
     pub use shuttle::sync::MutexGuard;
-    pub use shuttle::sync::atomic::{AtomicU64, AtomicUsize};
+    pub use shuttle::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 
     /// `shuttle`'s mutex with `parking_lot`'s infallible `lock()`.
     #[derive(Debug, Default)]
@@ -23,6 +23,13 @@ mod imp {
         }
         pub fn lock(&self) -> MutexGuard<'_, T> {
             self.0.lock().unwrap_or_else(|e| e.into_inner())
+        }
+        pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+            match self.0.try_lock() {
+                Ok(g) => Some(g),
+                Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => None,
+            }
         }
     }
 }

@@ -10,8 +10,6 @@ mod zstd;
 
 use std::sync::Arc;
 
-use parking_lot::Mutex;
-
 use crate::error::{Error, Result};
 
 /// A compression algorithm the device can use.
@@ -112,23 +110,32 @@ pub fn new_codec(algorithm: Algorithm, params: &AlgorithmParams) -> Result<Box<d
     })
 }
 
-/// Contexts of one algorithm, lent to requests one at a time (the kernel's per-CPU streams,
-/// sized by demand instead of by CPU count).
+/// Contexts of one algorithm and parameter set (the kernel's per-CPU streams): each thread
+/// keeps its own context per pool, made on first use, so compressing takes no shared lock.
 #[derive(Debug)]
 pub struct CodecPool {
+    id: u64,
     algorithm: Algorithm,
     params: AlgorithmParams,
-    idle: Mutex<Vec<Box<dyn Codec>>>,
+}
+
+/// Contexts a thread keeps at most (one per pool it used lately).
+const CONTEXTS_PER_THREAD: usize = 8;
+
+thread_local! {
+    /// This thread's contexts by pool id, most recently used last.
+    static CONTEXTS: std::cell::RefCell<Vec<(u64, Box<dyn Codec>)>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl CodecPool {
     /// A pool for `algorithm`; checks that a context can be made.
     pub fn new(algorithm: Algorithm, params: AlgorithmParams) -> Result<Self> {
-        let first = new_codec(algorithm, &params)?;
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        new_codec(algorithm, &params)?;
         Ok(Self {
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             algorithm,
             params,
-            idle: Mutex::new(vec![first]),
         })
     }
 
@@ -142,16 +149,27 @@ impl CodecPool {
         &self.params
     }
 
-    /// Runs `f` with a context, made on demand when all are busy.
+    /// Runs `f` with this thread's context.
     pub fn with<R>(&self, f: impl FnOnce(&mut dyn Codec) -> R) -> Result<R> {
-        let taken = self.idle.lock().pop();
-        let mut codec = match taken {
-            Some(c) => c,
-            None => new_codec(self.algorithm, &self.params)?,
-        };
-        let r = f(codec.as_mut());
-        self.idle.lock().push(codec);
-        Ok(r)
+        CONTEXTS.with(|cell| {
+            let taken = {
+                let mut list = cell.borrow_mut();
+                list.iter()
+                    .position(|(id, _)| *id == self.id)
+                    .map(|i| list.remove(i).1)
+            };
+            let mut codec = match taken {
+                Some(c) => c,
+                None => new_codec(self.algorithm, &self.params)?,
+            };
+            let r = f(codec.as_mut());
+            let mut list = cell.borrow_mut();
+            if list.len() >= CONTEXTS_PER_THREAD {
+                list.remove(0);
+            }
+            list.push((self.id, codec));
+            Ok(r)
+        })
     }
 }
 

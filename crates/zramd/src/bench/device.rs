@@ -32,6 +32,9 @@ pub struct Args {
     /// Streams (threads) writing and reading at once.
     #[arg(long, default_value_t = 1)]
     threads: usize,
+    /// Runs of each side, alternating zramd and kernel; the median speeds are reported.
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -87,16 +90,25 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     drop(raw);
     let data = data;
 
-    let ours = run_zramd(args, data.bytes())?;
-    let kernel = match unavailable_reason(args.algorithm.name()) {
-        None => Some(run_kernel(args, data.bytes())?),
+    let kernel_ok = match unavailable_reason(args.algorithm.name()) {
+        None => true,
         Some(why) => {
             if !args.json {
                 println!("kernel zram: skipped ({why})");
             }
-            None
+            false
         }
     };
+    let mut our_runs = Vec::new();
+    let mut kernel_runs = Vec::new();
+    for _ in 0..args.repeat.max(1) {
+        our_runs.push(run_zramd(args, data.bytes())?);
+        if kernel_ok {
+            kernel_runs.push(run_kernel(args, data.bytes())?);
+        }
+    }
+    let ours = median(our_runs);
+    let kernel = (!kernel_runs.is_empty()).then(|| median(kernel_runs));
     if args.json {
         println!(
             "{}",
@@ -109,12 +121,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     }
     let mb = data.len as f64 / 1e6;
     println!(
-        "input {} ({:.1} MB), {} , chain {}, {} stream(s)",
+        "input {} ({:.1} MB), {}, chain {}, {} stream(s), median of {} runs each",
         input.display(),
         mb,
         args.algorithm,
         args.chain_size,
-        args.threads
+        args.threads,
+        args.repeat.max(1)
     );
     print_run("zramd ", &ours);
     if let Some(k) = &kernel {
@@ -128,6 +141,23 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The median write and read speeds of several runs (the figures of the last run).
+fn median(mut runs: Vec<Run>) -> Run {
+    let mid = runs.len() / 2;
+    let mut writes: Vec<f64> = runs.iter().map(|r| r.write_mb_s).collect();
+    let mut reads: Vec<f64> = runs.iter().map(|r| r.read_mb_s).collect();
+    writes.sort_by(f64::total_cmp);
+    reads.sort_by(f64::total_cmp);
+    let mut last = runs.pop().unwrap_or(Run {
+        write_mb_s: 0.0,
+        read_mb_s: 0.0,
+        mm_stat: vec![0; 9],
+    });
+    last.write_mb_s = writes.get(mid).copied().unwrap_or(0.0);
+    last.read_mb_s = reads.get(mid).copied().unwrap_or(0.0);
+    last
 }
 
 fn print_run(name: &str, r: &Run) {
