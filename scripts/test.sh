@@ -25,3 +25,18 @@ cargo test --workspace --locked --release
 echo "== shuttle model checks (zsmalloc locking protocol)"
 RUSTFLAGS="--cfg shuttle" CARGO_TARGET_DIR=target/shuttle \
   cargo test -p zsmalloc --locked --release --test shuttle_locking
+
+echo "== fuzz smoke (cargo-fuzz, ${FUZZ_SECONDS:=15} s per target)"
+if ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+  echo "fuzz smoke SKIPPED: no nightly toolchain (cargo-fuzz needs one); the decoders' and parsers' smoke tests above ran on stable"
+elif ! command -v cargo-fuzz >/dev/null && ! cargo install cargo-fuzz --locked --quiet; then
+  echo "fuzz smoke SKIPPED: cargo-fuzz could not be installed"
+else
+  (
+    cd fuzz
+    cargo +nightly fuzz build
+    for target in $(cargo +nightly fuzz list); do
+      cargo +nightly fuzz run "$target" -- -max_total_time="$FUZZ_SECONDS" 2>&1 | tail -n 1
+    done
+  )
+fi
