@@ -21,7 +21,7 @@ cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
-cargo test --workspace --locked --release
+cargo test --workspace --locked --release -- --nocapture
 echo "== shuttle model checks (zsmalloc locking protocol)"
 RUSTFLAGS="--cfg shuttle" CARGO_TARGET_DIR=target/shuttle \
   cargo test -p zsmalloc --locked --release --test shuttle_locking

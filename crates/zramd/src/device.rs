@@ -81,6 +81,13 @@ pub struct Opened {
     openers: Arc<AtomicUsize>,
 }
 
+impl Opened {
+    /// The device itself, for a request that may outlive this opener's table entry.
+    pub fn arc(&self) -> Arc<Zram> {
+        Arc::clone(&self.zram)
+    }
+}
+
 impl std::ops::Deref for Opened {
     type Target = Zram;
     fn deref(&self) -> &Zram {

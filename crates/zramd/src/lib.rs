@@ -5,6 +5,7 @@
 pub mod control;
 pub mod device;
 pub mod export;
+pub mod fuse;
 pub mod human;
 pub mod metrics;
 pub mod nbd;

@@ -102,6 +102,10 @@ struct ServeArgs {
     /// Prometheus metrics on HOST:PORT.
     #[arg(long)]
     metrics: Option<String>,
+    /// Mount a FUSE export here: DIR/<device>/disk plus the kernel's attribute files
+    /// (alone, or with --listen/--unix for NBD too).
+    #[arg(long)]
+    fuse: Option<PathBuf>,
     /// TOML file with several devices (`[[device]]` tables) and the addresses.
     #[arg(long, conflicts_with_all = ["size", "algorithm", "chain_size", "mem_limit", "read_only"])]
     config: Option<PathBuf>,
@@ -127,6 +131,7 @@ fn serve_options(a: &ServeArgs) -> anyhow::Result<ServeOptions> {
         unix: a.unix.clone(),
         control: a.control.clone(),
         metrics: a.metrics.clone(),
+        fuse: a.fuse.clone(),
         status_line: true,
         ..ServeOptions::default()
     };

@@ -148,6 +148,8 @@ pub struct ServeOptions {
     pub control: Option<PathBuf>,
     /// Metrics address.
     pub metrics: Option<String>,
+    /// Mount the FUSE export here.
+    pub fuse: Option<PathBuf>,
     /// Show the live summary line (only when stdout is a terminal).
     pub status_line: bool,
 }
@@ -167,6 +169,7 @@ pub struct Server {
     pub metrics_addr: Option<SocketAddr>,
     threads: Vec<std::thread::JoinHandle<()>>,
     unix_paths: Vec<PathBuf>,
+    fuse: Option<fuser::BackgroundSession>,
 }
 
 fn resolve(addr: &str) -> anyhow::Result<SocketAddr> {
@@ -189,11 +192,12 @@ impl Server {
             )));
         }
         let mut registry = Registry::new(exports);
-        let listen: Vec<String> = if options.listen.is_empty() && options.unix.is_empty() {
-            vec![DEFAULT_LISTEN.to_owned()]
-        } else {
-            options.listen.clone()
-        };
+        let listen: Vec<String> =
+            if options.listen.is_empty() && options.unix.is_empty() && options.fuse.is_none() {
+                vec![DEFAULT_LISTEN.to_owned()]
+            } else {
+                options.listen.clone()
+            };
         let mut tcp = Vec::new();
         for addr in &listen {
             let addr = resolve(addr)?;
@@ -227,6 +231,15 @@ impl Server {
         };
         let metrics_addr = metrics.as_ref().map(TcpListener::local_addr).transpose()?;
 
+        let fuse = match &options.fuse {
+            Some(dir) => {
+                let session = crate::fuse::mount(Arc::clone(registry.exports()), dir)
+                    .with_context(|| format!("mount the FUSE export at {}", dir.display()))?;
+                registry.served_at.push(Endpoint::Fuse(dir.clone()));
+                Some(session)
+            }
+            None => None,
+        };
         let registry = Arc::new(registry);
         let shutdown = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();
@@ -299,11 +312,17 @@ impl Server {
             metrics_addr,
             threads,
             unix_paths,
+            fuse,
         })
     }
 
     /// Stops every thread and removes the sockets this server made.
     pub fn stop(mut self) {
+        if let Some(session) = self.fuse.take()
+            && let Err(e) = session.umount_and_join()
+        {
+            tracing::warn!("unmount the FUSE export: {e}");
+        }
         self.shutdown.store(true, Ordering::Relaxed);
         for t in self.threads.drain(..) {
             let _ = t.join();
@@ -353,6 +372,13 @@ pub fn run(options: &ServeOptions) -> anyhow::Result<()> {
                 at.uri(&spec.name)
             );
         }
+    }
+    if let Some(dir) = &options.fuse {
+        println!(
+            "FUSE: {} (e.g. cat {}/mm_stat)",
+            dir.display(),
+            dir.join(&options.devices[0].name).display()
+        );
     }
     if let Some(Endpoint::Tcp(addr)) = server.registry.served_at.first() {
         let host = if addr.ip().is_loopback() && addr.port() == 10809 {

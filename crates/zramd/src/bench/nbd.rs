@@ -1,0 +1,204 @@
+//! `zramd bench nbd --input FILE`: zramd against `nbdkit memory` over NBD, same client, same
+//! data, one run. For each server (zramd with lz4 and with zstd; nbdkit with
+//! `allocator=zstd` and `allocator=sparse`), started as a process of its own on a unix
+//! socket: `nbdcopy` writes the file in and reads it back out (timed), the server's RSS is
+//! read from `/proc/PID/status` before, after the write, and after a `qemu-io discard` of the
+//! whole disk; then the server is stopped.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use serde::Serialize;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The file to copy in and out.
+    #[arg(long)]
+    input: PathBuf,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct Row {
+    server: String,
+    write_mb_s: f64,
+    read_mb_s: f64,
+    rss_start_mib: f64,
+    rss_full_mib: f64,
+    rss_after_trim_mib: f64,
+}
+
+/// A server process, stopped (SIGTERM, then SIGKILL) when dropped.
+struct Server {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn rss_mib(pid: u32) -> anyhow::Result<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kb: f64 = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .context("no VmRSS")?
+        .parse()?;
+    Ok(kb / 1024.0)
+}
+
+fn wait_for(socket: &Path) -> anyhow::Result<()> {
+    let start = Instant::now();
+    while !socket.exists() {
+        if start.elapsed() > Duration::from_secs(30) {
+            bail!("server did not create {}", socket.display());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    Ok(())
+}
+
+fn run_tool(cmd: &mut Command) -> anyhow::Result<f64> {
+    let start = Instant::now();
+    let out = cmd
+        .stdout(Stdio::null())
+        .output()
+        .with_context(|| format!("run {cmd:?}"))?;
+    if !out.status.success() {
+        bail!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(start.elapsed().as_secs_f64())
+}
+
+fn measure(
+    name: &str,
+    server: &Server,
+    input: &Path,
+    size: u64,
+    bytes: u64,
+) -> anyhow::Result<Row> {
+    let uri = format!("nbd+unix:///?socket={}", server.socket.display());
+    let pid = server.child.id();
+    let rss_start = rss_mib(pid)?;
+    let write = run_tool(Command::new("nbdcopy").arg(input).arg(&uri))?;
+    let rss_full = rss_mib(pid)?;
+    let read = run_tool(Command::new("nbdcopy").arg(&uri).arg("null:"))?;
+    run_tool(
+        Command::new("qemu-io")
+            .args(["-f", "raw", "-c", &format!("discard 0 {size}")])
+            .arg(&uri),
+    )?;
+    std::thread::sleep(Duration::from_millis(500));
+    let rss_after_trim = rss_mib(pid)?;
+    Ok(Row {
+        server: name.to_owned(),
+        write_mb_s: bytes as f64 / 1e6 / write,
+        read_mb_s: size as f64 / 1e6 / read,
+        rss_start_mib: rss_start,
+        rss_full_mib: rss_full,
+        rss_after_trim_mib: rss_after_trim,
+    })
+}
+
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    for tool in ["nbdcopy", "qemu-io", "nbdkit"] {
+        if Command::new(tool).arg("--version").output().is_err() {
+            bail!("{tool} is not installed (apt-get install libnbd-bin qemu-utils nbdkit)");
+        }
+    }
+    let bytes = std::fs::metadata(&args.input)
+        .with_context(|| format!("read {}", args.input.display()))?
+        .len();
+    let size = bytes.next_multiple_of(1 << 30);
+    let dir = std::env::temp_dir().join(format!("zramd-bench-nbd-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let exe = std::env::current_exe()?;
+    let mut rows = Vec::new();
+    let servers: [(&str, Vec<String>); 4] = [
+        ("zramd lz4", vec!["lz4".into()]),
+        ("zramd zstd", vec!["zstd".into()]),
+        (
+            "nbdkit memory allocator=zstd",
+            vec!["allocator=zstd".into()],
+        ),
+        (
+            "nbdkit memory allocator=sparse",
+            vec!["allocator=sparse".into()],
+        ),
+    ];
+    for (i, (name, arg)) in servers.iter().enumerate() {
+        let socket = dir.join(format!("s{i}.sock"));
+        let child = if name.starts_with("zramd") {
+            Command::new(&exe)
+                .args([
+                    "serve",
+                    "--size",
+                    &size.to_string(),
+                    "--algorithm",
+                    &arg[0],
+                    "--unix",
+                ])
+                .arg(&socket)
+                .arg("--control")
+                .arg(dir.join(format!("c{i}.sock")))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()?
+        } else {
+            Command::new("nbdkit")
+                .args(["-f", "-U"])
+                .arg(&socket)
+                .args(["memory", &format!("size={size}"), &arg[0]])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()?
+        };
+        let server = Server { child, socket };
+        wait_for(&server.socket)?;
+        let row = measure(name, &server, &args.input, size, bytes)?;
+        drop(server);
+        if !args.json {
+            println!(
+                "{:32} write {:7.1} MB/s  read {:7.1} MB/s  RSS start {:7.1} MiB  full {:7.1} MiB  after trim {:7.1} MiB",
+                row.server,
+                row.write_mb_s,
+                row.read_mb_s,
+                row.rss_start_mib,
+                row.rss_full_mib,
+                row.rss_after_trim_mib
+            );
+        }
+        rows.push(row);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    if args.json {
+        println!("{}", serde_json::to_string(&rows)?);
+    } else {
+        println!(
+            "zramd lz4 / nbdkit zstd: write {:.2}x, read {:.2}x; zramd zstd RSS / nbdkit zstd RSS (full): {:.2}x",
+            rows[0].write_mb_s / rows[2].write_mb_s,
+            rows[0].read_mb_s / rows[2].read_mb_s,
+            rows[1].rss_full_mib / rows[2].rss_full_mib
+        );
+    }
+    Ok(())
+}

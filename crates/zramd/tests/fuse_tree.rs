@@ -1,0 +1,334 @@
+//! The FUSE export: the kernel's attribute files with their errnos, the `disk` file with
+//! fallocate, and the seeds' workload end to end (root: loop device, ext4, untar, delete,
+//! fstrim, e2fsck). Tests that cannot run here print why and return.
+
+use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use zramd::serve::{DeviceSpec, ServeOptions, Server};
+
+/// Why FUSE cannot be used here, if it cannot.
+fn fuse_unavailable() -> Option<String> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let root = status
+        .lines()
+        .find(|l| l.starts_with("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(2))
+        == Some("0");
+    if !Path::new("/dev/fuse").exists() {
+        return Some("/dev/fuse does not exist".into());
+    }
+    if !root
+        && Command::new("fusermount3")
+            .arg("--version")
+            .output()
+            .is_err()
+    {
+        return Some("not root and no fusermount3".into());
+    }
+    None
+}
+
+fn start(dir: &Path, size: &str) -> Server {
+    let mount = dir.join("mnt");
+    std::fs::create_dir_all(&mount).unwrap();
+    Server::start(&ServeOptions {
+        devices: vec![DeviceSpec {
+            name: "zram0".into(),
+            size: size.into(),
+            ..DeviceSpec::default()
+        }],
+        control: Some(dir.join("control.sock")),
+        fuse: Some(mount),
+        ..ServeOptions::default()
+    })
+    .expect("start server with FUSE")
+}
+
+fn errno_of(r: std::io::Result<()>) -> Option<i32> {
+    r.err().and_then(|e| e.raw_os_error())
+}
+
+fn mm_stat(dev: &Path) -> Vec<u64> {
+    std::fs::read_to_string(dev.join("mm_stat"))
+        .unwrap()
+        .split_whitespace()
+        .map(|f| f.parse().unwrap())
+        .collect()
+}
+
+#[test]
+fn attribute_files_behave_as_sysfs() {
+    if let Some(why) = fuse_unavailable() {
+        println!("SKIPPED attribute_files_behave_as_sysfs: {why}");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let server = start(tmp.path(), "16M");
+    let dev = tmp.path().join("mnt/zram0");
+    let read = |name: &str| std::fs::read_to_string(dev.join(name));
+    let write = |name: &str, value: &str| std::fs::write(dev.join(name), value);
+
+    let names: Vec<String> = std::fs::read_dir(&dev)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    for want in [
+        "disk",
+        "disksize",
+        "initstate",
+        "reset",
+        "comp_algorithm",
+        "mm_stat",
+        "io_stat",
+        "debug_stat",
+        "compact",
+        "mem_limit",
+        "mem_used_max",
+        "algorithm_params",
+    ] {
+        assert!(
+            names.iter().any(|n| n == want),
+            "{want} missing from {names:?}"
+        );
+    }
+    assert_eq!(read("disksize").unwrap(), format!("{}\n", 16 << 20));
+    assert_eq!(read("initstate").unwrap(), "1\n");
+    assert_eq!(read("comp_algorithm").unwrap(), "lzo-rle lzo [lz4] zstd \n");
+    assert_eq!(std::fs::metadata(dev.join("disk")).unwrap().len(), 16 << 20);
+
+    // Errnos as the kernel's.
+    assert_eq!(errno_of(write("disksize", "32M")), Some(libc::EBUSY));
+    assert_eq!(errno_of(write("comp_algorithm", "zstd")), Some(libc::EBUSY));
+    assert_eq!(errno_of(write("mm_stat", "1")), Some(libc::EACCES));
+    assert_eq!(
+        read("reset").unwrap_err().raw_os_error(),
+        Some(libc::EACCES)
+    );
+    assert_eq!(errno_of(write("mem_used_max", "7")), Some(libc::EINVAL));
+    assert_eq!(errno_of(write("mem_limit", "plenty")), Some(libc::EINVAL));
+    assert_eq!(errno_of(write("reset", "0")), Some(libc::EINVAL));
+
+    // The disk: data in, stats move, compact and limits work.
+    let text: Vec<u8> = b"zram users keep their scripts. "
+        .iter()
+        .cycle()
+        .take(1 << 20)
+        .copied()
+        .collect();
+    {
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(dev.join("disk"))
+            .unwrap();
+        f.write_all(&text).unwrap();
+        f.sync_all().unwrap();
+        // Reset is refused while the disk is open.
+        assert_eq!(errno_of(write("reset", "1")), Some(libc::EBUSY));
+        f.seek(SeekFrom::Start(0)).unwrap();
+        let mut back = vec![0u8; text.len()];
+        f.read_exact(&mut back).unwrap();
+        assert_eq!(back, text);
+    }
+    let mm = mm_stat(&dev);
+    assert_eq!(mm[0], 1 << 20, "orig_data_size");
+    assert!(mm[1] > 0 && mm[1] < 1 << 18, "compressed: {mm:?}");
+    write("compact", "1\n").unwrap();
+    write("mem_limit", "8M\n").unwrap();
+    assert_eq!(mm_stat(&dev)[3], 8 << 20);
+    write("mem_used_max", "0\n").unwrap();
+
+    // fallocate: punch-hole reads back zeroes and frees pages; zero-range too.
+    let disk = dev.join("disk");
+    let st = Command::new("fallocate")
+        .args(["-p", "-o", "100", "-l", "524288"])
+        .arg(&disk)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let mut back = vec![0u8; text.len()];
+    std::fs::File::open(&disk)
+        .unwrap()
+        .read_exact(&mut back)
+        .unwrap();
+    assert_eq!(&back[..100], &text[..100]);
+    assert!(back[100..524_388].iter().all(|&b| b == 0));
+    assert_eq!(&back[524_388..], &text[524_388..]);
+    assert!(mm_stat(&dev)[0] < 1 << 20, "punched pages freed");
+    let st = Command::new("fallocate")
+        .args(["-z", "-o", "524288", "-l", "8192"])
+        .arg(&disk)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    // Resizing the disk is refused.
+    let st = Command::new("truncate")
+        .args(["-s", "1M"])
+        .arg(&disk)
+        .status()
+        .unwrap();
+    assert!(!st.success());
+
+    // Reset, then re-initialize with another algorithm, as with sysfs.
+    write("reset", "1\n").unwrap();
+    assert_eq!(read("initstate").unwrap(), "0\n");
+    assert_eq!(read("disksize").unwrap(), "0\n");
+    assert_eq!(
+        std::fs::File::open(&disk).unwrap_err().raw_os_error(),
+        Some(libc::ENXIO)
+    );
+    write("comp_algorithm", "zstd\n").unwrap();
+    write("algorithm_params", "algo=zstd level=7\n").unwrap();
+    write("disksize", "8M\n").unwrap();
+    assert_eq!(read("comp_algorithm").unwrap(), "lzo-rle lzo lz4 [zstd] \n");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&disk)
+        .unwrap()
+        .write_all(&text[..4096])
+        .unwrap();
+    assert_eq!(mm_stat(&dev)[0], 4096);
+
+    server.stop();
+    assert!(
+        std::fs::read_dir(tmp.path().join("mnt"))
+            .unwrap()
+            .next()
+            .is_none(),
+        "unmounted"
+    );
+}
+
+/// Runs a command, panicking with its output when it fails.
+fn sh(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Undoes the mount and the loop device whatever happens.
+struct Ext4 {
+    loopdev: String,
+    mnt: PathBuf,
+    mounted: bool,
+}
+
+impl Drop for Ext4 {
+    fn drop(&mut self) {
+        if self.mounted {
+            let _ = Command::new("umount").arg(&self.mnt).status();
+        }
+        let _ = Command::new("losetup").args(["-d", &self.loopdev]).status();
+    }
+}
+
+#[test]
+fn ext4_on_the_fuse_disk_untar_delete_fstrim_fsck() {
+    if let Some(why) = fuse_unavailable() {
+        println!("SKIPPED ext4_on_the_fuse_disk: {why}");
+        return;
+    }
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    if !status
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
+    {
+        println!("SKIPPED ext4_on_the_fuse_disk: needs root for losetup and mount");
+        return;
+    }
+    for tool in ["losetup", "mkfs.ext4", "e2fsck", "fstrim", "tar"] {
+        if Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .map_or(true, |o| !o.status.success())
+        {
+            println!("SKIPPED ext4_on_the_fuse_disk: {tool} is not installed");
+            return;
+        }
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    // A small real tree: the system's C headers.
+    let tarball = tmp.path().join("include.tar");
+    sh(Command::new("tar")
+        .arg("cf")
+        .arg(&tarball)
+        .args(["-C", "/usr", "include"]));
+    let server = start(tmp.path(), "512M");
+    let dev = tmp.path().join("mnt/zram0");
+    let loopdev = sh(Command::new("losetup")
+        .args(["-f", "--show"])
+        .arg(dev.join("disk")))
+    .trim()
+    .to_owned();
+    let mnt = tmp.path().join("ext4");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let mut fs = Ext4 {
+        loopdev: loopdev.clone(),
+        mnt: mnt.clone(),
+        mounted: false,
+    };
+    sh(Command::new("mkfs.ext4").args(["-q", "-F", &loopdev]));
+    sh(Command::new("mount")
+        .args(["-o", "discard", &loopdev])
+        .arg(&mnt));
+    fs.mounted = true;
+
+    sh(Command::new("tar")
+        .arg("xf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(&mnt));
+    sh(&mut Command::new("sync"));
+    // Every file matches the tarball.
+    sh(Command::new("tar")
+        .arg("df")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(&mnt));
+    let full = mm_stat(&dev);
+    println!("after untar: mm_stat {full:?}");
+    assert!(full[0] > 10 << 20, "the tree is on the device: {full:?}");
+    assert!(full[2] < full[0], "it is compressed: {full:?}");
+
+    // Delete most of it, trim, and watch the device give memory back.
+    let dirs: Vec<PathBuf> = std::fs::read_dir(mnt.join("include"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    for d in &dirs {
+        std::fs::remove_dir_all(d).unwrap();
+    }
+    sh(&mut Command::new("sync"));
+    sh(Command::new("fstrim").arg(&mnt));
+    let after = mm_stat(&dev);
+    println!("after delete + fstrim: mm_stat {after:?}");
+    assert!(
+        after[0] < full[0] / 2,
+        "orig_data_size falls: {full:?} -> {after:?}"
+    );
+    assert!(
+        after[2] < full[2],
+        "mem_used_total falls: {full:?} -> {after:?}"
+    );
+
+    sh(Command::new("umount").arg(&mnt));
+    fs.mounted = false;
+    let fsck = Command::new("e2fsck")
+        .args(["-f", "-n", &loopdev])
+        .output()
+        .unwrap();
+    assert!(
+        fsck.status.success(),
+        "e2fsck: {}",
+        String::from_utf8_lossy(&fsck.stdout)
+    );
+    drop(fs);
+    server.stop();
+}
