@@ -24,7 +24,7 @@ impl Default for AutoCompact {
     fn default() -> Self {
         Self {
             min_pages: 16,
-            per_mille: 5,
+            per_mille: 1,
             interval: Duration::from_millis(250),
         }
     }

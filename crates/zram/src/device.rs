@@ -39,6 +39,8 @@ pub struct ZramConfig {
     pub geometry: zsmalloc::Geometry,
     /// Memory limit in bytes (0 = none).
     pub mem_limit: u64,
+    /// zsmalloc shards per size class (0 = one per CPU); see `zsmalloc::pool`.
+    pub shards: usize,
     /// Background compaction (beyond the kernel); `None` turns it off.
     pub auto_compact: Option<AutoCompact>,
 }
@@ -52,6 +54,7 @@ impl Default for ZramConfig {
             chain_size: zsmalloc::class::DEFAULT_CHAIN_SIZE,
             geometry: zsmalloc::Geometry::MinWaste,
             mem_limit: 0,
+            shards: 0,
             auto_compact: Some(AutoCompact::default()),
         }
     }
@@ -109,6 +112,7 @@ impl Zram {
         let pool = Arc::new(Pool::with_config(PoolConfig {
             chain_size: config.chain_size,
             geometry: config.geometry,
+            shards: config.shards,
             ..PoolConfig::default()
         })?);
         let codecs = CodecPool::new(config.algorithm, config.params.clone())?;

@@ -52,6 +52,8 @@ pub struct Settings {
     pub chain_size: usize,
     /// Memory limit in bytes (0 = none).
     pub mem_limit: u64,
+    /// zsmalloc shards per size class (0 = one per CPU).
+    pub shards: usize,
 }
 
 impl Default for Settings {
@@ -61,6 +63,7 @@ impl Default for Settings {
             params: AlgorithmParams::default(),
             chain_size: zsmalloc::class::DEFAULT_CHAIN_SIZE,
             mem_limit: 0,
+            shards: 0,
         }
     }
 }
@@ -196,6 +199,7 @@ impl Device {
             params: s.params,
             chain_size: s.chain_size,
             mem_limit: s.mem_limit,
+            shards: s.shards,
             ..ZramConfig::default()
         })
         .map_err(|e| match e {

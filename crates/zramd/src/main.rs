@@ -90,6 +90,9 @@ struct ServeArgs {
     /// Export read-only.
     #[arg(long)]
     read_only: bool,
+    /// zsmalloc shards per size class (0 = one per CPU; 1 packs exactly as the kernel).
+    #[arg(long, default_value_t = 0)]
+    shards: usize,
     /// NBD on HOST:PORT (repeatable; replaces the default 127.0.0.1:10809).
     #[arg(long)]
     listen: Vec<String>,
@@ -107,7 +110,7 @@ struct ServeArgs {
     #[arg(long)]
     fuse: Option<PathBuf>,
     /// TOML file with several devices (`[[device]]` tables) and the addresses.
-    #[arg(long, conflicts_with_all = ["size", "algorithm", "chain_size", "mem_limit", "read_only"])]
+    #[arg(long, conflicts_with_all = ["size", "algorithm", "chain_size", "mem_limit", "read_only", "shards"])]
     config: Option<PathBuf>,
 }
 
@@ -155,6 +158,7 @@ fn serve_options(a: &ServeArgs) -> anyhow::Result<ServeOptions> {
                 chain_size: a.chain_size,
                 mem_limit: a.mem_limit.clone(),
                 read_only: a.read_only,
+                shards: a.shards,
             }];
         }
     }

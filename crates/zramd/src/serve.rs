@@ -43,6 +43,9 @@ pub struct DeviceSpec {
     /// Refuse writes.
     #[serde(default)]
     pub read_only: bool,
+    /// zsmalloc shards per size class (0 = one per CPU).
+    #[serde(default)]
+    pub shards: usize,
 }
 
 fn default_size() -> String {
@@ -68,6 +71,7 @@ impl Default for DeviceSpec {
             chain_size: default_chain(),
             mem_limit: default_limit(),
             read_only: false,
+            shards: 0,
         }
     }
 }
@@ -91,6 +95,7 @@ impl DeviceSpec {
             },
             chain_size: self.chain_size,
             mem_limit: zram::size::parse_size(&self.mem_limit)?,
+            shards: self.shards,
         };
         Device::with_size(self.name.clone(), settings, disksize)
             .with_context(|| format!("device {}", self.name))

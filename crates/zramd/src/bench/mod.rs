@@ -3,6 +3,7 @@
 mod device;
 mod nbd;
 mod pool;
+mod untar;
 
 #[derive(Debug, clap::Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -19,12 +20,16 @@ enum What {
     Pool(pool::Args),
     /// zramd against `nbdkit memory` over NBD: throughput and server RSS.
     Nbd(nbd::Args),
+    /// The seeds' workload: ext4 on the device, untar, delete directories, next to the
+    /// kernel's zram.
+    Untar(untar::Args),
 }
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
     match &args.what {
         Some(What::Pool(a)) => pool::run(a),
         Some(What::Nbd(a)) => nbd::run(a),
+        Some(What::Untar(a)) => untar::run(a),
         None => device::run(&args.device),
     }
 }

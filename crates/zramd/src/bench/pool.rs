@@ -92,6 +92,9 @@ pub struct Args {
     /// Chain size for the scaling and compaction runs.
     #[arg(long, default_value_t = zsmalloc::class::DEFAULT_CHAIN_SIZE)]
     chain_size: usize,
+    /// Paired 1- and 2-thread runs for the scaling figure; the median ratio is reported.
+    #[arg(long, default_value_t = 5)]
+    repeat: usize,
     /// Shards per size class (0 = one per CPU).
     #[arg(long, default_value_t = 0)]
     shards: usize,
@@ -141,6 +144,8 @@ struct Scaling {
     one_thread_ops_s: f64,
     two_threads_ops_s: f64,
     ratio: f64,
+    /// Every pair's ratio, sorted.
+    ratios: Vec<String>,
     /// The same churn without an allocator (plain copies): the machine's own ratio.
     ceiling_ratio: f64,
 }
@@ -178,13 +183,15 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let scaling = scaling(args, &dist)?;
     if !args.json {
         println!(
-            "scaling (chain {}, {} ops/thread, working set {}): 1 thread {:.0} ops/s, 2 threads {:.0} ops/s, ratio {:.2}x (plain copies without an allocator: {:.2}x)",
+            "scaling (chain {}, {} ops/thread, working set {}, median of {} pairs): 1 thread {:.0} ops/s, 2 threads {:.0} ops/s, ratio {:.2}x (all: {}; plain copies without an allocator: {:.2}x)",
             scaling.chain_size,
             scaling.ops_per_thread,
             args.working_set,
+            scaling.ratios.len(),
             scaling.one_thread_ops_s,
             scaling.two_threads_ops_s,
             scaling.ratio,
+            scaling.ratios.join(" "),
             scaling.ceiling_ratio
         );
     }
@@ -362,17 +369,28 @@ fn ceiling_throughput(args: &Args, dist: &SizeDist, threads: usize) -> f64 {
 }
 
 fn scaling(args: &Args, dist: &SizeDist) -> anyhow::Result<Scaling> {
-    let one = throughput(args, dist, 1)?;
-    let two = throughput(args, dist, 2)?;
-    let ceiling_one = ceiling_throughput(args, dist, 1);
-    let ceiling_two = ceiling_throughput(args, dist, 2);
+    // Pairs of runs, each 1-thread run next to its 2-thread run, so that drift in what else
+    // the machine does hits both; the pair with the median ratio is reported.
+    let mut pairs = Vec::new();
+    for _ in 0..args.repeat.max(1) {
+        let one = throughput(args, dist, 1)?;
+        let two = throughput(args, dist, 2)?;
+        let ceiling = ceiling_throughput(args, dist, 2) / ceiling_throughput(args, dist, 1);
+        pairs.push((two / one, one, two, ceiling));
+    }
+    pairs.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let ratios: Vec<String> = pairs.iter().map(|p| format!("{:.2}", p.0)).collect();
+    let mut ceilings: Vec<f64> = pairs.iter().map(|p| p.3).collect();
+    ceilings.sort_by(f64::total_cmp);
+    let (ratio, one, two, _) = pairs[pairs.len() / 2];
     Ok(Scaling {
         chain_size: args.chain_size,
         ops_per_thread: args.ops,
         one_thread_ops_s: one,
         two_threads_ops_s: two,
-        ratio: two / one,
-        ceiling_ratio: ceiling_two / ceiling_one,
+        ratio,
+        ratios,
+        ceiling_ratio: ceilings[ceilings.len() / 2],
     })
 }
 
