@@ -130,11 +130,11 @@ fn op() -> impl Strategy<Value = Op> {
 
 /// Each algorithm runs on a different pool shape: chain sizes 1 to 16, both zspage rules.
 fn device(algorithm: Algorithm) -> Zram {
-    let (chain_size, geometry) = match algorithm {
-        Algorithm::Lz4 => (4, Geometry::Seed),
-        Algorithm::Zstd => (8, Geometry::MinWaste),
-        Algorithm::Lzo => (1, Geometry::Seed),
-        _ => (16, Geometry::MinWaste),
+    let (chain_size, geometry, shards) = match algorithm {
+        Algorithm::Lz4 => (4, Geometry::Seed, 1),
+        Algorithm::Zstd => (8, Geometry::MinWaste, 2),
+        Algorithm::Lzo => (1, Geometry::Seed, 0),
+        _ => (16, Geometry::MinWaste, 3),
     };
     Zram::new(ZramConfig {
         disksize: DISKSIZE as u64,
@@ -143,6 +143,7 @@ fn device(algorithm: Algorithm) -> Zram {
         chain_size,
         geometry,
         mem_limit: 0,
+        shards,
         auto_compact: None,
     })
     .expect("device")
