@@ -8,7 +8,8 @@
 //!   write-zeroes, limits, reset;
 //! - [`compact`]: automatic background compaction;
 //! - [`stats`]: counters and the kernel's `mm_stat`, `io_stat`, `debug_stat` formats;
-//! - [`size`]: sizes with K/M/G suffixes.
+//! - [`size`]: sizes with K/M/G suffixes;
+//! - [`kernel`]: the kernel's own zram, hot-added for side-by-side runs.
 //!
 //! Lock order: slot lock → (compressor pool lock | zsmalloc class lock → page source lock).
 
@@ -16,6 +17,7 @@ pub mod comp;
 pub mod compact;
 pub mod device;
 mod error;
+pub mod kernel;
 pub mod lzo;
 pub mod size;
 pub mod slot;

@@ -9,12 +9,12 @@
 //! device is ours alone (hot-added; zram0 and zram1 are never touched) and is reset and
 //! hot-removed on every way out, panics included, by a guard's `Drop`.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Read};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
+use zram::kernel::{AlignedBuf, KernelZram, is_root};
 use zram::{Algorithm, AlgorithmParams, PAGE_SIZE, Zram, ZramConfig};
 
 const CONTROL: &str = "/sys/class/zram-control";
@@ -22,107 +22,12 @@ const DISKSIZE: u64 = 64 << 20;
 const TOLERANCE: f64 = 0.02;
 const LZ4_TOLERANCE: f64 = 0.001;
 
-/// A kernel zram device this test hot-added; reset and removed when dropped.
-struct KernelDevice {
-    id: u32,
-}
-
-impl KernelDevice {
-    fn hot_add() -> io::Result<Self> {
-        let text = fs::read_to_string(format!("{CONTROL}/hot_add"))?;
-        let id: u32 = text
-            .trim()
-            .parse()
-            .map_err(|e| io::Error::other(format!("hot_add printed {text:?}: {e}")))?;
-        // Not ours to touch: never reset or remove zram0 or zram1.
-        assert!(id > 1, "hot_add returned zram{id}, which existed before");
-        Ok(Self { id })
-    }
-
-    fn attr(&self, name: &str) -> PathBuf {
-        PathBuf::from(format!("/sys/block/zram{}/{name}", self.id))
-    }
-
-    fn set(&self, name: &str, value: &str) -> io::Result<()> {
-        fs::write(self.attr(name), value)
-            .map_err(|e| io::Error::new(e.kind(), format!("zram{} {name} = {value}: {e}", self.id)))
-    }
-
-    fn get(&self, name: &str) -> io::Result<String> {
-        fs::read_to_string(self.attr(name))
-    }
-
-    /// The first nine `mm_stat` fields.
-    fn mm_stat(&self) -> io::Result<Vec<u64>> {
-        let text = self.get("mm_stat")?;
-        let f: Vec<u64> = text
-            .split_whitespace()
-            .take(9)
-            .map(|x| {
-                x.parse()
-                    .map_err(|e| io::Error::other(format!("{text:?}: {e}")))
-            })
-            .collect::<io::Result<_>>()?;
-        if f.len() < 9 {
-            return Err(io::Error::other(format!("short mm_stat: {text:?}")));
-        }
-        Ok(f)
-    }
-
-    fn open(&self) -> io::Result<File> {
-        let path = format!("/dev/zram{}", self.id);
-        // devtmpfs makes the node; give it a moment on udev-less systems.
-        for _ in 0..100 {
-            if Path::new(&path).exists() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(&path)
-    }
-}
-
-impl Drop for KernelDevice {
-    fn drop(&mut self) {
-        if let Err(e) = fs::write(self.attr("reset"), "1") {
-            eprintln!("could not reset zram{}: {e}", self.id);
-        }
-        if let Err(e) = fs::write(format!("{CONTROL}/hot_remove"), self.id.to_string()) {
-            eprintln!("could not hot_remove zram{}: {e}", self.id);
-        }
-    }
-}
-
-/// A page-aligned window of an ordinary `Vec`, for O_DIRECT.
-struct Aligned {
-    buf: Vec<u8>,
-    offset: usize,
-    len: usize,
-}
-
-impl Aligned {
-    fn new(len: usize) -> Self {
-        let buf = vec![0u8; len + PAGE_SIZE];
-        let offset = buf.as_ptr().align_offset(PAGE_SIZE);
-        assert!(offset < PAGE_SIZE);
-        Self { buf, offset, len }
-    }
-
-    fn get(&mut self) -> &mut [u8] {
-        &mut self.buf[self.offset..self.offset + self.len]
-    }
-}
-
 const CHUNK: usize = 64 * PAGE_SIZE;
 
 fn write_direct(dev: &File, data: &[u8]) -> io::Result<()> {
-    let mut buf = Aligned::new(CHUNK);
+    let mut buf = AlignedBuf::zeroed(CHUNK);
     for (i, chunk) in data.chunks(CHUNK).enumerate() {
-        let b = &mut buf.get()[..chunk.len()];
+        let b = &mut buf.bytes_mut()[..chunk.len()];
         b.copy_from_slice(chunk);
         dev.write_all_at(b, (i * CHUNK) as u64)?;
     }
@@ -130,25 +35,17 @@ fn write_direct(dev: &File, data: &[u8]) -> io::Result<()> {
 }
 
 fn read_direct(dev: &File, len: usize) -> io::Result<Vec<u8>> {
-    let mut buf = Aligned::new(CHUNK);
+    let mut buf = AlignedBuf::zeroed(CHUNK);
     let mut out = Vec::with_capacity(len);
     while out.len() < len {
         let n = CHUNK.min(len - out.len());
-        let b = &mut buf.get()[..n];
+        let b = &mut buf.bytes_mut()[..n];
         dev.read_exact_at(b, out.len() as u64)?;
         out.extend_from_slice(b);
     }
     Ok(out)
 }
 
-fn is_root() -> bool {
-    fs::read_to_string("/proc/self/status").is_ok_and(|s| {
-        s.lines()
-            .find(|l| l.starts_with("Uid:"))
-            .and_then(|l| l.split_whitespace().nth(2))
-            == Some("0")
-    })
-}
 
 /// Regular files under `dir` (symlinks skipped), sorted, depth first.
 fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -218,22 +115,22 @@ struct Figures {
 }
 
 fn kernel_run(name: &str, corpus: &[u8]) -> io::Result<Figures> {
-    let dev = KernelDevice::hot_add()?;
+    let dev = KernelZram::add()?;
     dev.set("comp_algorithm", name)?;
     let chosen = dev.get("comp_algorithm")?;
     assert!(
         chosen.contains(&format!("[{name}]")),
         "zram{}: {chosen:?}",
-        dev.id
+        dev.id()
     );
     dev.set("disksize", &DISKSIZE.to_string())?;
-    let file = dev.open()?;
+    let file = dev.open_direct()?;
     write_direct(&file, corpus)?;
     let back = read_direct(&file, corpus.len())?;
     assert!(
         back == corpus,
         "zram{} ({name}) read back different data",
-        dev.id
+        dev.id()
     );
     drop(file);
     let f = dev.mm_stat()?;
@@ -286,7 +183,7 @@ fn compressed_sizes_match_the_kernel() {
     }
     let offered = {
         // Ask a throwaway device which algorithms the kernel has.
-        let dev = KernelDevice::hot_add().expect("hot_add");
+        let dev = KernelZram::add().expect("hot_add");
         dev.get("comp_algorithm").expect("comp_algorithm")
     };
     let offered: Vec<String> = offered

@@ -8,12 +8,12 @@
 //! 4096. The device is reset and hot-removed on every path out (a guard's `Drop`).
 //! Elsewhere the test says why it skips.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Read};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
+use zram::kernel::{AlignedBuf, KernelZram, is_root};
 use zram::lzo::{Compressor, Variant};
 
 const PAGE: usize = 4096;
@@ -22,27 +22,15 @@ const CONTROL: &str = "/sys/class/zram-control";
 const TOLERANCE: f64 = 0.02;
 
 /// A zram device this test hot-added; reset and removed when dropped.
-struct Device {
-    id: u32,
-}
+struct Device(KernelZram);
 
 impl Device {
     fn hot_add() -> io::Result<Self> {
-        let id = fs::read_to_string(format!("{CONTROL}/hot_add"))?;
-        let id = id
-            .trim()
-            .parse()
-            .map_err(|e| io::Error::other(format!("hot_add printed {id:?}: {e}")))?;
-        Ok(Self { id })
-    }
-
-    fn attr(&self, name: &str) -> PathBuf {
-        PathBuf::from(format!("/sys/block/zram{}/{name}", self.id))
+        KernelZram::add().map(Self)
     }
 
     fn set(&self, name: &str, value: &str) -> io::Result<()> {
-        fs::write(self.attr(name), value)
-            .map_err(|e| io::Error::new(e.kind(), format!("zram{} {name} = {value}: {e}", self.id)))
+        self.0.set(name, value)
     }
 
     /// Resets the device and configures it for `variant`.
@@ -53,18 +41,11 @@ impl Device {
     }
 
     fn algorithms(&self) -> io::Result<String> {
-        fs::read_to_string(self.attr("comp_algorithm"))
+        self.0.get("comp_algorithm")
     }
 
     fn mm_stat(&self) -> io::Result<MmStat> {
-        let text = fs::read_to_string(self.attr("mm_stat"))?;
-        let f: Vec<u64> = text
-            .split_whitespace()
-            .map(|x| x.parse().unwrap_or(0))
-            .collect();
-        if f.len() < 8 {
-            return Err(io::Error::other(format!("short mm_stat: {text:?}")));
-        }
+        let f = self.0.mm_stat()?;
         Ok(MmStat {
             compr_data_size: f[1],
             same_pages: f[5],
@@ -73,28 +54,7 @@ impl Device {
     }
 
     fn open(&self) -> io::Result<File> {
-        let path = format!("/dev/zram{}", self.id);
-        // devtmpfs creates the node; give udev-less systems a moment.
-        for _ in 0..50 {
-            if Path::new(&path).exists() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(&path)
-    }
-}
-
-impl Drop for Device {
-    fn drop(&mut self) {
-        let _ = fs::write(self.attr("reset"), "1");
-        if let Err(e) = fs::write(format!("{CONTROL}/hot_remove"), self.id.to_string()) {
-            eprintln!("could not hot_remove zram{}: {e}", self.id);
-        }
+        self.0.open_direct()
     }
 }
 
@@ -105,44 +65,18 @@ struct MmStat {
     huge_pages: u64,
 }
 
-/// A page-aligned buffer for O_DIRECT, carved out of an ordinary Vec.
-struct Aligned {
-    buf: Vec<u8>,
-    offset: usize,
-    len: usize,
-}
-
-impl Aligned {
-    fn new(len: usize) -> Self {
-        let buf = vec![0u8; len + PAGE];
-        let offset = buf.as_ptr().align_offset(PAGE);
-        Self { buf, offset, len }
-    }
-
-    fn get(&mut self) -> &mut [u8] {
-        &mut self.buf[self.offset..self.offset + self.len]
-    }
-}
 
 fn write_pages(dev: &File, first_page: usize, data: &[u8]) -> io::Result<()> {
     const CHUNK: usize = 64 * PAGE;
-    let mut buf = Aligned::new(CHUNK);
+    let mut buf = AlignedBuf::zeroed(CHUNK);
     for (i, chunk) in data.chunks(CHUNK).enumerate() {
-        let b = &mut buf.get()[..chunk.len()];
+        let b = &mut buf.bytes_mut()[..chunk.len()];
         b.copy_from_slice(chunk);
         dev.write_all_at(b, ((first_page + i * 64) * PAGE) as u64)?;
     }
     dev.sync_all()
 }
 
-fn is_root() -> bool {
-    fs::read_to_string("/proc/self/status").is_ok_and(|s| {
-        s.lines()
-            .find(|l| l.starts_with("Uid:"))
-            .and_then(|l| l.split_whitespace().nth(2))
-            == Some("0")
-    })
-}
 
 /// Regular files under `dir` (no symlinks), sorted, depth first.
 fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -307,7 +241,7 @@ fn lzo_sizes_match_the_kernel() {
     let algorithms = dev.algorithms().expect("read comp_algorithm");
     println!(
         "zram{}: corpus of {} pages; kernel algorithms: {}",
-        dev.id,
+        dev.0.id(),
         corpus.len() / PAGE,
         algorithms.trim()
     );

@@ -6,7 +6,6 @@
 
 mod bench;
 mod classes;
-mod kernel;
 
 use std::path::PathBuf;
 

@@ -2,8 +2,7 @@
 //! verified, on zramd and — when root and the kernel offers the algorithm — on a hot-added
 //! kernel zram device with direct I/O and the same number of streams, side by side.
 
-use std::fs::OpenOptions;
-use std::os::unix::fs::{FileExt as _, OpenOptionsExt as _};
+use std::os::unix::fs::FileExt as _;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -11,7 +10,7 @@ use anyhow::{Context as _, bail};
 use serde::Serialize;
 use zram::{Algorithm, AlgorithmParams, Zram, ZramConfig};
 
-use crate::kernel::{KernelZram, unavailable_reason};
+use zram::kernel::{AlignedBuf, KernelZram, unavailable_reason};
 
 const PAGE: usize = 4096;
 
@@ -53,27 +52,6 @@ struct Report {
     kernel: Option<Run>,
 }
 
-/// Page-aligned copy of the input, padded to whole pages (direct I/O needs alignment).
-struct Aligned {
-    buf: Vec<u8>,
-    start: usize,
-    len: usize,
-}
-
-impl Aligned {
-    fn zeroed(len: usize) -> Self {
-        let buf = vec![0u8; len + PAGE];
-        let start = (PAGE - buf.as_ptr() as usize % PAGE) % PAGE;
-        Self { buf, start, len }
-    }
-    fn bytes(&self) -> &[u8] {
-        &self.buf[self.start..self.start + self.len]
-    }
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut self.buf[self.start..self.start + self.len]
-    }
-}
-
 pub fn run(args: &Args) -> anyhow::Result<()> {
     let Some(input) = &args.input else {
         bail!("bench needs --input FILE (or a subcommand: pool)");
@@ -85,7 +63,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     if raw.is_empty() {
         bail!("{} is empty", input.display());
     }
-    let mut data = Aligned::zeroed(raw.len().next_multiple_of(PAGE));
+    let mut data = AlignedBuf::zeroed(raw.len().next_multiple_of(PAGE));
     data.bytes_mut()[..raw.len()].copy_from_slice(&raw);
     drop(raw);
     let data = data;
@@ -119,7 +97,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    let mb = data.len as f64 / 1e6;
+    let mb = data.bytes().len() as f64 / 1e6;
     println!(
         "input {} ({:.1} MB), {}, chain {}, {} stream(s), median of {} runs each",
         input.display(),
@@ -241,11 +219,7 @@ fn run_kernel(args: &Args, data: &[u8]) -> anyhow::Result<Run> {
     let pages = data.len() / PAGE;
     let dev = KernelZram::with(args.algorithm.name(), data.len() as u64)?;
     let open = || {
-        OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(dev.dev_path())
+        dev.open_direct()
             .with_context(|| format!("open {} with O_DIRECT", dev.dev_path().display()))
     };
     let write = timed(pages, args.threads, |r| {
@@ -257,7 +231,7 @@ fn run_kernel(args: &Args, data: &[u8]) -> anyhow::Result<Run> {
     })?;
     let read = timed(pages, args.threads, |r| {
         let f = open()?;
-        let mut buf = Aligned::zeroed(PAGE);
+        let mut buf = AlignedBuf::zeroed(PAGE);
         for p in r {
             f.read_exact_at(buf.bytes_mut(), (p * PAGE) as u64)?;
             if buf.bytes() != &data[p * PAGE..(p + 1) * PAGE] {

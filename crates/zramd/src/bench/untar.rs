@@ -14,7 +14,7 @@ use anyhow::{Context as _, bail};
 use zram::Algorithm;
 use zramd::serve::{DeviceSpec, ServeOptions, Server};
 
-use crate::kernel::{KernelZram, unavailable_reason};
+use zram::kernel::{KernelZram, is_root, unavailable_reason};
 
 const DELETE_ORDER: [&str; 5] = ["drivers", "arch", "fs", "sound", "include"];
 
@@ -153,7 +153,7 @@ impl Side for Theirs {
         "kernel"
     }
     fn mm_stat(&self) -> anyhow::Result<Vec<u64>> {
-        self.dev.mm_stat()
+        Ok(self.dev.mm_stat()?)
     }
     fn rss(&self) -> Option<u64> {
         None
@@ -223,11 +223,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     if !args.tarball.is_file() {
         bail!("{} is not a file", args.tarball.display());
     }
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    if !status
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
-    {
+    if !is_root() {
         bail!("bench untar needs root (losetup, mkfs.ext4, mount)");
     }
     let tmp = std::env::temp_dir().join(format!("zramd-untar-{}", std::process::id()));
