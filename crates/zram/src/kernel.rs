@@ -28,7 +28,9 @@ pub fn unavailable_reason(algorithm: &str) -> Option<String> {
         return Some("not running as root".into());
     }
     if !Path::new(CONTROL).join("hot_add").exists() {
-        return Some(format!("{CONTROL} does not exist (no zram in this kernel?)"));
+        return Some(format!(
+            "{CONTROL} does not exist (no zram in this kernel?)"
+        ));
     }
     let probe = match KernelZram::add() {
         Ok(p) => p,

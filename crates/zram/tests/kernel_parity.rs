@@ -46,7 +46,6 @@ fn read_direct(dev: &File, len: usize) -> io::Result<Vec<u8>> {
     Ok(out)
 }
 
-
 /// Regular files under `dir` (symlinks skipped), sorted, depth first.
 fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(rd) = fs::read_dir(dir) else { return };

@@ -65,7 +65,6 @@ struct MmStat {
     huge_pages: u64,
 }
 
-
 fn write_pages(dev: &File, first_page: usize, data: &[u8]) -> io::Result<()> {
     const CHUNK: usize = 64 * PAGE;
     let mut buf = AlignedBuf::zeroed(CHUNK);
@@ -76,7 +75,6 @@ fn write_pages(dev: &File, first_page: usize, data: &[u8]) -> io::Result<()> {
     }
     dev.sync_all()
 }
-
 
 /// Regular files under `dir` (no symlinks), sorted, depth first.
 fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {

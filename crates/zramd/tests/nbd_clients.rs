@@ -618,3 +618,122 @@ fn nbdfuse_file_reads_and_writes() {
     drop(c);
     server.stop();
 }
+
+/// Unmounts, detaches and stops everything of the ext4-over-nbdfuse test, whatever happens.
+struct NbdfuseStack {
+    nbdfuse: std::process::Child,
+    fuse_mnt: std::path::PathBuf,
+    loopdev: Option<String>,
+    ext4_mnt: Option<std::path::PathBuf>,
+}
+
+impl Drop for NbdfuseStack {
+    fn drop(&mut self) {
+        if let Some(m) = &self.ext4_mnt {
+            let _ = Command::new("umount").arg(m).status();
+        }
+        if let Some(l) = &self.loopdev {
+            let _ = Command::new("losetup").args(["-d", l]).status();
+        }
+        let _ = Command::new("fusermount3")
+            .arg("-u")
+            .arg(&self.fuse_mnt)
+            .status();
+        let start = Instant::now();
+        while self.nbdfuse.try_wait().ok().flatten().is_none()
+            && start.elapsed() < Duration::from_secs(20)
+        {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.nbdfuse.kill();
+        let _ = self.nbdfuse.wait();
+    }
+}
+
+/// Runs a command to completion, panicking with its stderr on failure.
+fn must(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn ext4_on_nbdfuse_loop_mkfs_mount_fsck() {
+    const NAME: &str = "ext4_on_nbdfuse_loop_mkfs_mount_fsck";
+    for tool in ["nbdfuse", "fusermount3", "losetup", "mkfs.ext4", "e2fsck"] {
+        if !have(NAME, tool) {
+            return;
+        }
+    }
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    if !status
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
+    {
+        eprintln!("SKIPPED {NAME}: needs root for losetup and mount");
+        return;
+    }
+    let server = Server::start(128 << 20, ServerConfig::default());
+    let dir = tempfile::tempdir().unwrap();
+    let fuse_mnt = dir.path().join("fuse");
+    std::fs::create_dir(&fuse_mnt).unwrap();
+    let nbdfuse = Command::new("nbdfuse")
+        .arg(&fuse_mnt)
+        .arg(server.uri("zram0"))
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("start nbdfuse");
+    let mut stack = NbdfuseStack {
+        nbdfuse,
+        fuse_mnt: fuse_mnt.clone(),
+        loopdev: None,
+        ext4_mnt: None,
+    };
+    let file = fuse_mnt.join("nbd");
+    let start = Instant::now();
+    while !file.exists() {
+        if start.elapsed() > Duration::from_secs(20) {
+            eprintln!("SKIPPED {NAME}: nbdfuse did not mount");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let loopdev = must(Command::new("losetup").args(["-f", "--show"]).arg(&file))
+        .trim()
+        .to_owned();
+    stack.loopdev = Some(loopdev.clone());
+    must(Command::new("mkfs.ext4").args(["-q", "-F", &loopdev]));
+    let ext4 = dir.path().join("ext4");
+    std::fs::create_dir(&ext4).unwrap();
+    must(Command::new("mount").arg(&loopdev).arg(&ext4));
+    stack.ext4_mnt = Some(ext4.clone());
+    // Real files in, read back, a consistent filesystem after.
+    must(
+        Command::new("cp")
+            .args(["-a", "/usr/include/linux"])
+            .arg(&ext4),
+    );
+    must(&mut Command::new("sync"));
+    must(
+        Command::new("diff")
+            .args(["-r", "/usr/include/linux"])
+            .arg(ext4.join("linux")),
+    );
+    must(Command::new("umount").arg(&ext4));
+    stack.ext4_mnt = None;
+    let fsck = Command::new("e2fsck")
+        .args(["-f", "-n", &loopdev])
+        .output()
+        .unwrap();
+    assert!(
+        fsck.status.success(),
+        "e2fsck: {}",
+        String::from_utf8_lossy(&fsck.stdout)
+    );
+    drop(stack);
+    server.stop();
+}
