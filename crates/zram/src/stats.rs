@@ -101,21 +101,8 @@ pub struct MmStat {
 impl MmStat {
     /// The line of `/sys/block/zramN/mm_stat`, byte for byte in its first nine fields.
     pub fn format(&self) -> String {
-        format!(
-            "{:8} {:8} {:8} {:8} {:8} {:8} {:8} {:8} {:8} {:8} {:8} {:8}\n",
-            self.orig_data_size,
-            self.compr_data_size,
-            self.mem_used_total,
-            self.mem_limit,
-            self.mem_used_max,
-            self.same_pages,
-            self.pages_compacted,
-            self.huge_pages,
-            self.huge_pages_since,
-            self.pages_folded,
-            self.metadata_bytes,
-            self.cached_bytes
-        )
+        let fields: Vec<String> = self.fields().iter().map(|v| format!("{v:8}")).collect();
+        format!("{}\n", fields.join(" "))
     }
 
     /// The fields as numbers, in order.

@@ -11,40 +11,18 @@
 
 use std::fs::{self, File};
 use std::io::{self, Read};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use zram::kernel::{AlignedBuf, KernelZram, is_root};
+use zram::kernel::{KernelZram, is_root, read_direct, write_direct};
+
+/// Bytes written to our device per call.
+const CHUNK: usize = 64 * PAGE_SIZE;
 use zram::{Algorithm, AlgorithmParams, PAGE_SIZE, Zram, ZramConfig};
 
 const CONTROL: &str = "/sys/class/zram-control";
 const DISKSIZE: u64 = 64 << 20;
 const TOLERANCE: f64 = 0.02;
 const LZ4_TOLERANCE: f64 = 0.001;
-
-const CHUNK: usize = 64 * PAGE_SIZE;
-
-fn write_direct(dev: &File, data: &[u8]) -> io::Result<()> {
-    let mut buf = AlignedBuf::zeroed(CHUNK);
-    for (i, chunk) in data.chunks(CHUNK).enumerate() {
-        let b = &mut buf.bytes_mut()[..chunk.len()];
-        b.copy_from_slice(chunk);
-        dev.write_all_at(b, (i * CHUNK) as u64)?;
-    }
-    dev.sync_all()
-}
-
-fn read_direct(dev: &File, len: usize) -> io::Result<Vec<u8>> {
-    let mut buf = AlignedBuf::zeroed(CHUNK);
-    let mut out = Vec::with_capacity(len);
-    while out.len() < len {
-        let n = CHUNK.min(len - out.len());
-        let b = &mut buf.bytes_mut()[..n];
-        dev.read_exact_at(b, out.len() as u64)?;
-        out.extend_from_slice(b);
-    }
-    Ok(out)
-}
 
 /// Regular files under `dir` (symlinks skipped), sorted, depth first.
 fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -124,8 +102,8 @@ fn kernel_run(name: &str, corpus: &[u8]) -> io::Result<Figures> {
     );
     dev.set("disksize", &DISKSIZE.to_string())?;
     let file = dev.open_direct()?;
-    write_direct(&file, corpus)?;
-    let back = read_direct(&file, corpus.len())?;
+    write_direct(&file, 0, corpus)?;
+    let back = read_direct(&file, 0, corpus.len())?;
     assert!(
         back == corpus,
         "zram{} ({name}) read back different data",

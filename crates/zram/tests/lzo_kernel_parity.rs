@@ -10,10 +10,9 @@
 
 use std::fs::{self, File};
 use std::io::{self, Read};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use zram::kernel::{AlignedBuf, KernelZram, is_root};
+use zram::kernel::{KernelZram, is_root, write_direct};
 use zram::lzo::{Compressor, Variant};
 
 const PAGE: usize = 4096;
@@ -63,17 +62,6 @@ struct MmStat {
     compr_data_size: u64,
     same_pages: u64,
     huge_pages: u64,
-}
-
-fn write_pages(dev: &File, first_page: usize, data: &[u8]) -> io::Result<()> {
-    const CHUNK: usize = 64 * PAGE;
-    let mut buf = AlignedBuf::zeroed(CHUNK);
-    for (i, chunk) in data.chunks(CHUNK).enumerate() {
-        let b = &mut buf.bytes_mut()[..chunk.len()];
-        b.copy_from_slice(chunk);
-        dev.write_all_at(b, ((first_page + i * 64) * PAGE) as u64)?;
-    }
-    dev.sync_all()
 }
 
 /// Regular files under `dir` (no symlinks), sorted, depth first.
@@ -145,7 +133,7 @@ fn huge_threshold(dev: &Device, file: &File, variant: Variant) -> io::Result<usi
     let mut out = Vec::new();
     let mut probe = |k: usize| -> io::Result<(bool, usize, u64)> {
         let page = calibration_page(k);
-        write_pages(file, 0, &page)?;
+        write_direct(file, 0, &page)?;
         let st = dev.mm_stat()?;
         c.compress(&page, &mut out);
         Ok((st.huge_pages == 1, out.len(), st.compr_data_size))
@@ -207,7 +195,7 @@ fn kernel(dev: &Device, variant: Variant, corpus: &[u8]) -> io::Result<(Totals, 
     drop(file);
     dev.configure(variant)?;
     let file = dev.open()?;
-    write_pages(&file, 0, corpus)?;
+    write_direct(&file, 0, corpus)?;
     let st = dev.mm_stat()?;
     Ok((
         Totals {

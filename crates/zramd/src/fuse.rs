@@ -27,7 +27,7 @@ use fuser::{
     OpenAccMode, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
     ReplyOpen, ReplyStatfs, ReplyWrite, Request, WriteFlags,
 };
-use parking_lot::Mutex;
+use parking_lot::RwLock;
 
 use crate::device::Opened;
 use crate::export::{ExportSet, Op};
@@ -73,7 +73,8 @@ fn inode(n: Node) -> u64 {
 #[derive(Debug)]
 pub struct ZramFs {
     exports: Arc<ExportSet>,
-    open_disks: Mutex<HashMap<u64, Opened>>,
+    /// Open `disk` files by file handle; requests look up, open/release change.
+    open_disks: RwLock<HashMap<u64, Opened>>,
     next_fh: AtomicU64,
     uid: u32,
     gid: u32,
@@ -99,7 +100,7 @@ impl ZramFs {
         let (uid, gid) = ids();
         Self {
             exports,
-            open_disks: Mutex::new(HashMap::new()),
+            open_disks: RwLock::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
             uid,
             gid,
@@ -162,7 +163,7 @@ impl ZramFs {
 
     fn disk(&self, fh: FileHandle) -> Option<Arc<zram::Zram>> {
         // The Opened guard stays in the table; hand out the device itself for the request.
-        self.open_disks.lock().get(&fh.0).map(|o| o.arc())
+        self.open_disks.read().get(&fh.0).map(|o| o.arc())
     }
 }
 
@@ -254,7 +255,7 @@ impl Filesystem for ZramFs {
                     return reply.error(errno(libc::ENXIO));
                 };
                 let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-                self.open_disks.lock().insert(fh, opened);
+                self.open_disks.write().insert(fh, opened);
                 reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO);
             }
             Some(Node::Attr(d, a)) => {
@@ -400,7 +401,7 @@ impl Filesystem for ZramFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.open_disks.lock().remove(&fh.0);
+        self.open_disks.write().remove(&fh.0);
         reply.ok();
     }
 

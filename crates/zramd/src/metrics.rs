@@ -57,26 +57,16 @@ pub fn render(registry: &Registry) -> String {
             );
         }
     }
-    let io = [
-        ("failed_reads", 0),
-        ("failed_writes", 1),
-        ("notify_free", 3),
-    ];
-    for (name, field) in io {
-        let _ = writeln!(
-            out,
-            "# HELP zramd_{name}_total io_stat field {}.",
-            field + 1
-        );
+    let io = ["failed_reads", "failed_writes", "notify_free"];
+    for (i, name) in io.iter().enumerate() {
+        let _ = writeln!(out, "# HELP zramd_{name}_total From io_stat.");
         let _ = writeln!(out, "# TYPE zramd_{name}_total counter");
         for d in &stats {
-            let v: u64 = d
-                .io_stat
-                .split_whitespace()
-                .nth(field)
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(0);
-            let _ = writeln!(out, "zramd_{name}_total{{device=\"{}\"}} {v}", d.name);
+            let _ = writeln!(
+                out,
+                "zramd_{name}_total{{device=\"{}\"}} {}",
+                d.name, d.io_stat_fields[i]
+            );
         }
     }
     let _ = writeln!(

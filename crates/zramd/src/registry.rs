@@ -31,6 +31,8 @@ pub struct DeviceStat {
     pub mm_stat_fields: Vec<u64>,
     /// The `io_stat` line.
     pub io_stat: String,
+    /// The `io_stat` figures: failed reads, failed writes, slots freed by discard.
+    pub io_stat_fields: [u64; 3],
     /// The `debug_stat` text.
     pub debug_stat: String,
     /// zsmalloc chain size.
@@ -99,6 +101,7 @@ impl Registry {
                 let zram = e.device.zram();
                 let settings = e.device.settings();
                 let mm = zram.as_ref().map(|z| z.mm_stat()).unwrap_or_default();
+                let io = zram.as_ref().map(|z| z.io_stat()).unwrap_or_default();
                 DeviceStat {
                     name: e.name.clone(),
                     algorithm: settings.algorithm.name().to_owned(),
@@ -119,11 +122,8 @@ impl Registry {
                         .join(" "),
                     mm_stat: mm.format(),
                     mm_stat_fields: mm.fields().to_vec(),
-                    io_stat: zram
-                        .as_ref()
-                        .map(|z| z.io_stat())
-                        .unwrap_or_default()
-                        .format(),
+                    io_stat: io.format(),
+                    io_stat_fields: [io.failed_reads, io.failed_writes, io.notify_free],
                     debug_stat: zram
                         .as_ref()
                         .map_or_else(|| zram::stats::format_debug_stat(0), |z| z.debug_stat()),

@@ -80,14 +80,6 @@ pub fn attr(name: &str) -> Option<Attr> {
     ATTRS.into_iter().find(|a| a.name == name)
 }
 
-/// The backends in the order the kernel lists them.
-const LISTED: [Algorithm; 4] = [
-    Algorithm::LzoRle,
-    Algorithm::Lzo,
-    Algorithm::Lz4,
-    Algorithm::Zstd,
-];
-
 /// The kernel's `memparse` with its "no digits" check.
 fn memparse(value: &str) -> Result<u64, DeviceError> {
     zram::size::parse_size(value).map_err(|e| DeviceError::Invalid(e.to_string()))
@@ -106,7 +98,7 @@ pub fn read(dev: &Device, name: &str) -> Result<String, i32> {
         "comp_algorithm" => {
             let current = dev.settings().algorithm;
             let mut s = String::new();
-            for alg in LISTED {
+            for alg in Algorithm::ALL {
                 if alg == current {
                     s.push_str(&format!("[{alg}] "));
                 } else {

@@ -61,6 +61,6 @@ impl Backend for Pool {
         Pool::metadata_bytes(self)
     }
     fn pages_compacted(&self) -> u64 {
-        self.stats().pages_compacted
+        Pool::pages_compacted(self)
     }
 }

@@ -27,10 +27,10 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
-    /// Every algorithm, in the order `comp_algorithm` lists them.
+    /// Every algorithm, in the order the kernel's `comp_algorithm` lists them.
     pub const ALL: [Algorithm; 4] = [
-        Algorithm::Lzo,
         Algorithm::LzoRle,
+        Algorithm::Lzo,
         Algorithm::Lz4,
         Algorithm::Zstd,
     ];
