@@ -37,6 +37,10 @@ pub struct ZramConfig {
     /// zsmalloc zspage-length rule. Devices default to the current kernel's (min-waste), so
     /// that side-by-side runs against the kernel's zram compare like with like.
     pub geometry: zsmalloc::Geometry,
+    /// Where zsmalloc objects keep their handle. Devices default to
+    /// [`Header::Omitted`](zsmalloc::class::Header::Omitted): 8 bytes less per object than
+    /// the kernel's layout, which [`Header::Handle`](zsmalloc::class::Header::Handle) keeps.
+    pub header: zsmalloc::class::Header,
     /// Memory limit in bytes (0 = none).
     pub mem_limit: u64,
     /// zsmalloc shards per size class (0 = one per CPU); see `zsmalloc::pool`.
@@ -53,6 +57,7 @@ impl Default for ZramConfig {
             params: AlgorithmParams::default(),
             chain_size: zsmalloc::class::DEFAULT_CHAIN_SIZE,
             geometry: zsmalloc::Geometry::MinWaste,
+            header: zsmalloc::class::Header::Omitted,
             mem_limit: 0,
             shards: 0,
             auto_compact: Some(AutoCompact::default()),
@@ -112,6 +117,7 @@ impl Zram {
         let pool = Arc::new(Pool::with_config(PoolConfig {
             chain_size: config.chain_size,
             geometry: config.geometry,
+            header: config.header,
             shards: config.shards,
             ..PoolConfig::default()
         })?);

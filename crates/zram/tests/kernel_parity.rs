@@ -126,6 +126,8 @@ fn our_run(algorithm: Algorithm, corpus: &[u8]) -> Figures {
         algorithm,
         params: AlgorithmParams::default(),
         chain_size: 8,
+        // The kernel's object layout, so that the huge threshold is the kernel's too.
+        header: zsmalloc::class::Header::Handle,
         mem_limit: 0,
         auto_compact: None,
         ..ZramConfig::default()

@@ -10,6 +10,7 @@ use proptest::prelude::*;
 use zram::slot::{Flags, SlotEntry};
 use zram::{Algorithm, AlgorithmParams, Error, PAGE_SIZE, Zram, ZramConfig};
 use zsmalloc::Geometry;
+use zsmalloc::class::Header;
 
 const PAGES: usize = 16;
 const DISKSIZE: usize = PAGES * PAGE_SIZE;
@@ -128,13 +129,14 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// Each algorithm runs on a different pool shape: chain sizes 1 to 16, both zspage rules.
+/// Each algorithm runs on a different pool shape: chain sizes 1 to 16, both zspage rules,
+/// both object layouts.
 fn device(algorithm: Algorithm) -> Zram {
-    let (chain_size, geometry, shards) = match algorithm {
-        Algorithm::Lz4 => (4, Geometry::Seed, 1),
-        Algorithm::Zstd => (8, Geometry::MinWaste, 2),
-        Algorithm::Lzo => (1, Geometry::Seed, 0),
-        _ => (16, Geometry::MinWaste, 3),
+    let (chain_size, geometry, shards, header) = match algorithm {
+        Algorithm::Lz4 => (4, Geometry::Seed, 1, Header::Handle),
+        Algorithm::Zstd => (8, Geometry::MinWaste, 2, Header::Omitted),
+        Algorithm::Lzo => (1, Geometry::Seed, 0, Header::Omitted),
+        _ => (16, Geometry::MinWaste, 3, Header::Handle),
     };
     Zram::new(ZramConfig {
         disksize: DISKSIZE as u64,
@@ -142,6 +144,7 @@ fn device(algorithm: Algorithm) -> Zram {
         params: AlgorithmParams::default(),
         chain_size,
         geometry,
+        header,
         mem_limit: 0,
         shards,
         auto_compact: None,

@@ -54,6 +54,8 @@ pub struct Settings {
     pub mem_limit: u64,
     /// zsmalloc shards per size class (0 = one per CPU).
     pub shards: usize,
+    /// Where zsmalloc objects keep their handle (default: omitted, 8 bytes less per object).
+    pub header: zsmalloc::class::Header,
 }
 
 impl Default for Settings {
@@ -64,6 +66,7 @@ impl Default for Settings {
             chain_size: zsmalloc::class::DEFAULT_CHAIN_SIZE,
             mem_limit: 0,
             shards: 0,
+            header: zsmalloc::class::Header::Omitted,
         }
     }
 }
@@ -200,6 +203,7 @@ impl Device {
             chain_size: s.chain_size,
             mem_limit: s.mem_limit,
             shards: s.shards,
+            header: s.header,
             ..ZramConfig::default()
         })
         .map_err(|e| match e {

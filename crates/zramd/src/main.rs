@@ -158,6 +158,7 @@ fn serve_options(a: &ServeArgs) -> anyhow::Result<ServeOptions> {
                 mem_limit: a.mem_limit.clone(),
                 read_only: a.read_only,
                 shards: a.shards,
+                ..DeviceSpec::default()
             }];
         }
     }

@@ -46,6 +46,10 @@ pub struct DeviceSpec {
     /// zsmalloc shards per size class (0 = one per CPU).
     #[serde(default)]
     pub shards: usize,
+    /// Where zsmalloc objects keep their handle: "omitted" (the default, 8 bytes less per
+    /// object) or "handle" (the kernel's layout, for like-for-like comparisons).
+    #[serde(default = "default_header")]
+    pub object_header: String,
 }
 
 fn default_size() -> String {
@@ -60,6 +64,9 @@ fn default_chain() -> usize {
 fn default_limit() -> String {
     "0".into()
 }
+fn default_header() -> String {
+    "omitted".into()
+}
 
 impl Default for DeviceSpec {
     fn default() -> Self {
@@ -72,6 +79,7 @@ impl Default for DeviceSpec {
             mem_limit: default_limit(),
             read_only: false,
             shards: 0,
+            object_header: default_header(),
         }
     }
 }
@@ -96,6 +104,10 @@ impl DeviceSpec {
             chain_size: self.chain_size,
             mem_limit: zram::size::parse_size(&self.mem_limit)?,
             shards: self.shards,
+            header: self
+                .object_header
+                .parse()
+                .map_err(|e: String| anyhow::anyhow!("device {}: {e}", self.name))?,
         };
         Device::with_size(self.name.clone(), settings, disksize)
             .with_context(|| format!("device {}", self.name))

@@ -9,6 +9,12 @@
 //! points at the larger class. The first class (from the top) that is not a one-page,
 //! one-object class sets the huge watermark: `huge_class_size = size - (HANDLE_SIZE - 1)`.
 //!
+//! The header is a choice ([`Header`]): the kernel keeps each object's handle in its first
+//! 8 bytes and adds them to every request before the lookup; with [`Header::Omitted`] the
+//! object holds the caller's bytes alone (the pool finds an object's handle through its
+//! handle table instead), so a request of `size` bytes lands in the class for `size` and
+//! `huge_class_size = size + 1`. The classes themselves are the same either way.
+//!
 //! Invariants: `index_map[i] >= i`; `index_map[index_map[i]] == index_map[i]`; classes named
 //! by `index_map` are exactly the distinct classes the kernel prints.
 
@@ -31,6 +37,40 @@ pub const MAX_CHAIN_SIZE: usize = 16;
 /// The kernel's default `CONFIG_ZSMALLOC_CHAIN_SIZE`.
 pub const DEFAULT_CHAIN_SIZE: usize = 8;
 
+/// Where an object's handle is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Header {
+    /// In the first [`HANDLE_SIZE`] bytes of every object of a non-huge class, as the
+    /// kernel's zsmalloc does: each request is 8 bytes larger before the class lookup.
+    #[default]
+    Handle,
+    /// Nowhere in the object: compaction finds an object's handle through the class's
+    /// handle table. Every object is 8 bytes smaller than the kernel's.
+    Omitted,
+}
+
+impl Header {
+    /// Bytes this layout adds to a request before the class lookup.
+    pub fn bytes(self) -> usize {
+        match self {
+            Header::Handle => HANDLE_SIZE,
+            Header::Omitted => 0,
+        }
+    }
+}
+
+impl std::str::FromStr for Header {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "handle" => Ok(Header::Handle),
+            "omitted" => Ok(Header::Omitted),
+            _ => Err(format!("unknown object header {s:?} (handle, omitted)")),
+        }
+    }
+}
+
 /// The geometry of one distinct size class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClassGeometry {
@@ -42,6 +82,8 @@ pub struct ClassGeometry {
     pub pages_per_zspage: usize,
     /// Objects one zspage holds.
     pub objs_per_zspage: usize,
+    /// Bytes of in-object handle header (0 for huge classes and [`Header::Omitted`]).
+    pub header: usize,
 }
 
 impl ClassGeometry {
@@ -52,11 +94,7 @@ impl ClassGeometry {
 
     /// Bytes of caller data one object of this class can hold.
     pub fn capacity(&self) -> usize {
-        if self.is_huge() {
-            self.size
-        } else {
-            self.size - HANDLE_SIZE
-        }
+        self.size - self.header
     }
 }
 
@@ -138,6 +176,7 @@ pub fn nominal_index(size: usize) -> usize {
 pub struct ClassTable {
     chain_size: usize,
     geometry: Geometry,
+    header: Header,
     /// Distinct classes, in ascending index order.
     classes: Vec<ClassGeometry>,
     /// Nominal index -> position in `classes`.
@@ -154,8 +193,13 @@ impl ClassTable {
         Self::with_geometry(chain_size, Geometry::Seed)
     }
 
-    /// Builds the table for `chain_size` with a zspage-length rule.
+    /// Builds the table for `chain_size` with a zspage-length rule (kernel object layout).
     pub fn with_geometry(chain_size: usize, geometry: Geometry) -> Self {
+        Self::with_layout(chain_size, geometry, Header::Handle)
+    }
+
+    /// Builds the table for `chain_size` with a zspage-length rule and an object layout.
+    pub fn with_layout(chain_size: usize, geometry: Geometry, header: Header) -> Self {
         debug_assert!((MIN_CHAIN_SIZE..=MAX_CHAIN_SIZE).contains(&chain_size));
         let mut index_map = vec![0; NUM_CLASSES];
         let mut desc: Vec<ClassGeometry> = Vec::new();
@@ -165,7 +209,7 @@ impl ClassTable {
             let pages = geometry.pages_per_zspage(size, chain_size);
             let objs = pages * PAGE_SIZE / size;
             if huge_class_size == 0 && !(pages == 1 && objs == 1) {
-                huge_class_size = size - (HANDLE_SIZE - 1);
+                huge_class_size = size + 1 - header.bytes();
             }
             if let Some(prev) = desc.last()
                 && prev.pages_per_zspage == pages
@@ -179,6 +223,11 @@ impl ClassTable {
                 size,
                 pages_per_zspage: pages,
                 objs_per_zspage: objs,
+                header: if pages == 1 && objs == 1 {
+                    0
+                } else {
+                    header.bytes()
+                },
             });
             index_map[i] = i;
         }
@@ -194,6 +243,7 @@ impl ClassTable {
         Self {
             chain_size,
             geometry,
+            header,
             classes: desc,
             position,
             huge_class_size,
@@ -210,20 +260,26 @@ impl ClassTable {
         self.geometry
     }
 
+    /// Where objects keep their handle.
+    pub fn header(&self) -> Header {
+        self.header
+    }
+
     /// Distinct classes, ascending.
     pub fn classes(&self) -> &[ClassGeometry] {
         &self.classes
     }
 
-    /// Smallest caller size (bytes, before the handle header) that lands in the huge class.
+    /// Smallest caller size (bytes, before any handle header) that lands in the huge class.
     pub fn huge_class_size(&self) -> usize {
         self.huge_class_size
     }
 
     /// Position (in [`classes`](Self::classes)) of the class serving a `zs_malloc(size)`;
-    /// the handle header is added here, as the kernel does. `size` must be in `1..=4096`.
+    /// the handle header (if any) is added here, as the kernel does. `size` must be in
+    /// `1..=4096`.
     pub fn position_for(&self, size: usize) -> usize {
-        self.position[nominal_index(size + HANDLE_SIZE)]
+        self.position[nominal_index(size + self.header.bytes())]
     }
 
     /// The class serving a `zs_malloc(size)` (the kernel's `zs_lookup_class_index`).
@@ -287,5 +343,37 @@ mod tests {
         assert_eq!(t.class_for(25).index, 1);
         assert!(t.class_for(t.huge_class_size()).is_huge());
         assert!(!t.class_for(t.huge_class_size() - 1).is_huge());
+    }
+
+    #[test]
+    fn omitted_header_shifts_lookup_by_eight_bytes_only() {
+        for chain in [4, 8, 16] {
+            let kernel = ClassTable::with_layout(chain, Geometry::MinWaste, Header::Handle);
+            let ours = ClassTable::with_layout(chain, Geometry::MinWaste, Header::Omitted);
+            // Same classes (the header is not part of the geometry) ...
+            let strip = |t: &ClassTable| -> Vec<_> {
+                t.classes()
+                    .iter()
+                    .map(|c| (c.index, c.size, c.pages_per_zspage, c.objs_per_zspage))
+                    .collect()
+            };
+            assert_eq!(strip(&kernel), strip(&ours));
+            // ... each request 8 bytes smaller in ours, the huge watermark 8 bytes higher.
+            assert_eq!(
+                ours.huge_class_size(),
+                kernel.huge_class_size() + HANDLE_SIZE
+            );
+            for size in 1..=4096 - HANDLE_SIZE {
+                assert_eq!(
+                    ours.class_for(size + HANDLE_SIZE).index,
+                    kernel.class_for(size).index
+                );
+            }
+            assert!(ours.class_for(ours.huge_class_size()).is_huge());
+            assert!(!ours.class_for(ours.huge_class_size() - 1).is_huge());
+            for c in ours.classes() {
+                assert_eq!(c.capacity(), c.size);
+            }
+        }
     }
 }

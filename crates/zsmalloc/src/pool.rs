@@ -42,7 +42,7 @@ use crate::stats::{ClassStats, PoolStats};
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Mutex, MutexGuard};
 use crate::sys::PageSource;
 use crate::zspage::{
-    GROUP_EMPTY, GROUP_FULL, NR_GROUPS, ZsPage, fullness_group, header, is_allocated, set_header,
+    GROUP_EMPTY, GROUP_FULL, NR_GROUPS, ZsPage, fullness_group, header, set_header,
 };
 
 /// How a pool is built.
@@ -59,6 +59,9 @@ pub struct PoolConfig {
     pub shards: usize,
     /// How zspage lengths are chosen.
     pub geometry: crate::class::Geometry,
+    /// Where objects keep their handle: in their first 8 bytes (the kernel's layout), or
+    /// nowhere (8 bytes less per object).
+    pub header: crate::class::Header,
 }
 
 impl Default for PoolConfig {
@@ -69,6 +72,7 @@ impl Default for PoolConfig {
             page_cache_pages: 1024,
             shards: 0,
             geometry: crate::class::Geometry::Seed,
+            header: crate::class::Header::Handle,
         }
     }
 }
@@ -103,6 +107,9 @@ struct ClassInner {
     groups: [Vec<u32>; NR_GROUPS],
     handles: HandleTable,
     zspage_count: usize,
+    /// Objects all the zspages hold, and their pages (short zspages hold fewer).
+    capacity: usize,
+    pages: usize,
 }
 
 impl ClassInner {
@@ -113,6 +120,8 @@ impl ClassInner {
             groups: Default::default(),
             handles: HandleTable::new(),
             zspage_count: 0,
+            capacity: 0,
+            pages: 0,
         }
     }
 
@@ -150,9 +159,9 @@ impl ClassInner {
     }
 
     /// Moves a zspage to the group its in-use count calls for.
-    fn fix_group(&mut self, id: u32, objs: usize) {
+    fn fix_group(&mut self, id: u32) {
         let m = self.meta(id);
-        let group = fullness_group(m.inuse as usize, objs);
+        let group = fullness_group(m.inuse as usize, m.objs as usize);
         if group != m.group {
             self.list_remove(id);
             self.list_insert(id, group);
@@ -161,6 +170,8 @@ impl ClassInner {
 
     fn add_zspage(&mut self, meta: ZsPage) -> u32 {
         self.zspage_count += 1;
+        self.capacity += meta.objs as usize;
+        self.pages += meta.run.pages();
         let id = match self.free_ids.pop() {
             Some(id) => {
                 self.zspages[id as usize] = Some(meta);
@@ -181,7 +192,11 @@ impl ClassInner {
         self.zspage_count -= 1;
         self.free_ids.push(id);
         match self.zspages[id as usize].take() {
-            Some(meta) => meta.run,
+            Some(meta) => {
+                self.capacity -= meta.objs as usize;
+                self.pages -= meta.run.pages();
+                meta.run
+            }
             None => unreachable!("removing free zspage id {id}"),
         }
     }
@@ -225,7 +240,7 @@ impl Pool {
         if !(MIN_CHAIN_SIZE..=MAX_CHAIN_SIZE).contains(&config.chain_size) {
             return Err(Error::InvalidChainSize(config.chain_size));
         }
-        let table = ClassTable::with_geometry(config.chain_size, config.geometry);
+        let table = ClassTable::with_layout(config.chain_size, config.geometry, config.header);
         let shards = match config.shards {
             0 => std::thread::available_parallelism().map_or(1, usize::from),
             n => n,
@@ -318,7 +333,7 @@ impl Pool {
                 self.pages_allocated
                     .fetch_add(geom.pages_per_zspage, Ordering::Relaxed);
                 inner = class.inner.lock();
-                inner.add_zspage(ZsPage::new(run))
+                inner.add_zspage(ZsPage::new(run, geom.objs_per_zspage))
             }
         };
         let obj = inner.meta_mut(id).take_free(geom.size, huge);
@@ -334,7 +349,7 @@ impl Pool {
         let meta = inner.meta_mut(id);
         if huge {
             meta.huge_slot = slot;
-        } else {
+        } else if geom.header > 0 {
             set_header(
                 meta.run.bytes_mut(),
                 geom.size,
@@ -342,7 +357,7 @@ impl Pool {
                 handle.to_raw(),
             );
         }
-        inner.fix_group(id, geom.objs_per_zspage);
+        inner.fix_group(id);
         Ok(handle)
     }
 
@@ -412,20 +427,27 @@ impl Pool {
                 Some(inner.remove_zspage(loc.zspage))
             } else {
                 meta.put_free(geom.size, geom.is_huge(), loc.obj);
-                inner.fix_group(loc.zspage, geom.objs_per_zspage);
+                inner.fix_group(loc.zspage);
                 None
             }
         };
         if let Some(run) = released {
-            self.pages_allocated
-                .fetch_sub(geom.pages_per_zspage, Ordering::Relaxed);
-            drop(run);
+            self.release(run);
         }
         Ok(())
     }
 
+    /// Gives a removed zspage's pages back (call without the class lock); returns how many.
+    fn release(&self, run: PageRun) -> usize {
+        let pages = run.pages();
+        self.pages_allocated.fetch_sub(pages, Ordering::Relaxed);
+        drop(run);
+        pages
+    }
+
     /// Compacts every class, from the largest down, moving objects out of the emptiest
-    /// zspages into the fullest ones; returns the pages given back to the OS.
+    /// zspages into the fullest ones, then moving each partly used zspage that would fit in
+    /// fewer pages into a short zspage; returns the pages given back to the OS.
     pub fn compact(&self) -> usize {
         let freed: usize = (0..self.classes.len())
             .rev()
@@ -438,8 +460,7 @@ impl Pool {
 
     /// Pages compaction could free in one class position (the kernel's `zs_can_compact`).
     fn freeable(geom: &ClassGeometry, inner: &ClassInner) -> usize {
-        let allocated = inner.zspage_count * geom.objs_per_zspage;
-        (allocated - inner.obj_used()) / geom.objs_per_zspage * geom.pages_per_zspage
+        (inner.capacity - inner.obj_used()) / geom.objs_per_zspage * geom.pages_per_zspage
     }
 
     fn compact_class(&self, pos: usize) -> usize {
@@ -448,10 +469,9 @@ impl Pool {
         let mut freed = 0;
         loop {
             let released = {
+                // Beyond the kernel, which stops once no whole zspage can be freed: go on
+                // until one partly used zspage is left, which `shorten_partial` then fits.
                 let mut inner = class.inner.lock();
-                if Self::freeable(&geom, &inner) == 0 {
-                    break;
-                }
                 let Some(dst) = inner.fullest_with_room(None) else {
                     break;
                 };
@@ -459,22 +479,81 @@ impl Pool {
                     break;
                 };
                 migrate(&mut inner, &geom, src, dst);
-                inner.fix_group(dst, geom.objs_per_zspage);
+                inner.fix_group(dst);
                 if inner.meta(src).inuse == 0 {
                     Some(inner.remove_zspage(src))
                 } else {
-                    inner.fix_group(src, geom.objs_per_zspage);
+                    inner.fix_group(src);
                     None
                 }
             };
             if let Some(run) = released {
-                self.pages_allocated
-                    .fetch_sub(geom.pages_per_zspage, Ordering::Relaxed);
-                drop(run);
-                freed += geom.pages_per_zspage;
+                freed += self.release(run);
             }
         }
-        freed
+        freed + self.shorten_partial(pos)
+    }
+
+    /// Beyond the kernel: once a class cannot free a whole zspage any more, each of its
+    /// partly used zspages that would fit in fewer pages is moved into a *short* zspage of
+    /// just enough pages, and its pages are freed. The kernel leaves these partly used
+    /// zspages as they are — up to `chain_size - 1` pages of each class held for nothing.
+    /// Returns the pages freed.
+    fn shorten_partial(&self, pos: usize) -> usize {
+        let class = &self.classes[pos];
+        let geom = class.geom;
+        if geom.pages_per_zspage == 1 {
+            return 0;
+        }
+        let pages_for = |inuse: usize| (inuse * geom.size).div_ceil(crate::PAGE_SIZE);
+        let candidates: Vec<u32> = {
+            let inner = class.inner.lock();
+            (GROUP_EMPTY + 1..GROUP_FULL)
+                .flat_map(|g| inner.groups[g as usize].iter().copied())
+                .collect()
+        };
+        let mut freed: isize = 0;
+        for src in candidates {
+            let wanted = {
+                let inner = class.inner.lock();
+                match inner.zspages.get(src as usize).and_then(Option::as_ref) {
+                    Some(m) if m.inuse > 0 && pages_for(m.inuse as usize) < m.run.pages() => {
+                        pages_for(m.inuse as usize)
+                    }
+                    _ => continue,
+                }
+            };
+            // Get the pages without the class lock, as malloc does; then check again.
+            let Ok(run) = self.source.alloc(wanted) else {
+                break;
+            };
+            self.pages_allocated.fetch_add(wanted, Ordering::Relaxed);
+            let objs = wanted * crate::PAGE_SIZE / geom.size;
+            let released = {
+                let mut inner = class.inner.lock();
+                match inner.zspages.get(src as usize).and_then(Option::as_ref) {
+                    Some(m)
+                        if m.inuse > 0 && m.inuse as usize <= objs && wanted < m.run.pages() =>
+                    {
+                        let dst = inner.add_zspage(ZsPage::new(run, objs));
+                        migrate(&mut inner, &geom, src, dst);
+                        inner.fix_group(dst);
+                        // Everything fits, so `src` is empty now.
+                        debug_assert_eq!(inner.meta(src).inuse, 0);
+                        if inner.meta(src).inuse == 0 {
+                            Some(inner.remove_zspage(src))
+                        } else {
+                            inner.fix_group(src);
+                            None
+                        }
+                    }
+                    _ => Some(run),
+                }
+            };
+            let given_back = released.map_or(0, |run| self.release(run));
+            freed += given_back as isize - wanted as isize;
+        }
+        freed.max(0) as usize
     }
 
     /// Pages compaction could free right now, over all classes.
@@ -482,6 +561,27 @@ impl Pool {
         self.classes
             .iter()
             .map(|c| Self::freeable(&c.geom, &c.inner.lock()))
+            .sum()
+    }
+
+    /// Pages that shortening partly used zspages (see `compact`) could give back right now.
+    pub fn shortenable_pages(&self) -> usize {
+        self.classes
+            .iter()
+            .map(|c| {
+                let size = c.geom.size;
+                let inner = c.inner.lock();
+                inner
+                    .zspages
+                    .iter()
+                    .flatten()
+                    .filter(|m| m.inuse > 0 && m.inuse < m.objs)
+                    .map(|m| {
+                        let need = (m.inuse as usize * size).div_ceil(crate::PAGE_SIZE);
+                        m.run.pages().saturating_sub(need)
+                    })
+                    .sum::<usize>()
+            })
             .sum()
     }
 
@@ -552,19 +652,20 @@ impl Pool {
                     let inner = c.inner.lock();
                     for meta in inner.zspages.iter().flatten() {
                         let inuse = meta.inuse as usize;
-                        if inuse == 0 || inuse == g.objs_per_zspage {
+                        let objs = meta.objs as usize;
+                        if inuse == 0 || inuse == objs {
                             continue;
                         }
                         // The classic 3/4 threshold the kernel printed these columns with.
-                        if inuse <= 3 * g.objs_per_zspage / 4 {
+                        if inuse <= 3 * objs / 4 {
                             row.almost_empty += 1;
                         } else {
                             row.almost_full += 1;
                         }
                     }
-                    row.obj_allocated += inner.zspage_count * g.objs_per_zspage;
+                    row.obj_allocated += inner.capacity;
                     row.obj_used += inner.obj_used();
-                    row.pages_used += inner.zspage_count * g.pages_per_zspage;
+                    row.pages_used += inner.pages;
                     row.freeable += Self::freeable(&g, &inner);
                 }
                 row
@@ -584,34 +685,67 @@ impl Pool {
             let g = class.geom;
             let huge = g.is_huge();
             let inner = class.inner.lock();
+            // (zspage, object) -> handle slot, from the handle table; each place owned once.
+            let mut owner = std::collections::BTreeMap::new();
+            for (slot, _, loc) in inner.handles.iter_live() {
+                let live = inner
+                    .zspages
+                    .get(loc.zspage as usize)
+                    .is_some_and(Option::is_some);
+                if !live {
+                    return Err(format!(
+                        "class {}: handle slot {slot} names a free zspage",
+                        g.index
+                    ));
+                }
+                if owner.insert((loc.zspage, loc.obj), slot).is_some() {
+                    return Err(format!(
+                        "class {}: two handles name zspage {} object {}",
+                        g.index, loc.zspage, loc.obj
+                    ));
+                }
+            }
             let mut inuse_sum = 0;
             let mut count = 0;
+            let (mut capacity, mut zspage_pages) = (0, 0);
             for (id, meta) in inner.zspages.iter().enumerate() {
                 let Some(meta) = meta else { continue };
                 count += 1;
                 let id = id as u32;
                 let bytes = meta.run.bytes();
-                if meta.run.pages() != g.pages_per_zspage {
+                let objs = meta.objs as usize;
+                if meta.run.pages() > g.pages_per_zspage
+                    || objs != meta.run.pages() * crate::PAGE_SIZE / g.size
+                {
                     return Err(format!(
-                        "class {}: zspage {id} has {} pages",
+                        "class {}: zspage {id} has {} pages and {objs} objects",
                         g.index,
                         meta.run.pages()
                     ));
                 }
+                capacity += objs;
+                zspage_pages += meta.run.pages();
                 let free = meta
-                    .free_list_len(g.size, huge, g.objs_per_zspage)
+                    .free_list(g.size, huge, objs)
                     .ok_or_else(|| format!("class {}: zspage {id}: broken free list", g.index))?;
-                let never = g.objs_per_zspage - meta.fresh as usize;
-                if meta.inuse as usize + free + never != g.objs_per_zspage {
+                if let Some(obj) = free.iter().find(|&&o| owner.contains_key(&(id, o))) {
                     return Err(format!(
-                        "class {}: zspage {id}: inuse {} + free {free} + never used {never} != {}",
-                        g.index, meta.inuse, g.objs_per_zspage
+                        "class {}: zspage {id}: object {obj} both free and owned",
+                        g.index
+                    ));
+                }
+                let free = free.len();
+                let never = objs - meta.fresh as usize;
+                if meta.inuse as usize + free + never != objs {
+                    return Err(format!(
+                        "class {}: zspage {id}: inuse {} + free {free} + never used {never} != {objs}",
+                        g.index, meta.inuse
                     ));
                 }
                 if meta.inuse == 0 {
                     return Err(format!("class {}: empty zspage {id} kept", g.index));
                 }
-                let want = fullness_group(meta.inuse as usize, g.objs_per_zspage);
+                let want = fullness_group(meta.inuse as usize, objs);
                 if meta.group != want
                     || inner.groups[meta.group as usize].get(meta.list_pos as usize) != Some(&id)
                 {
@@ -620,39 +754,40 @@ impl Pool {
                         g.index
                     ));
                 }
-                let mut allocated = 0;
-                if huge {
-                    allocated = meta.inuse as usize;
-                } else {
-                    for obj in 0..meta.fresh as usize {
-                        let word = header(bytes, g.size, obj);
-                        if is_allocated(word) {
-                            allocated += 1;
-                            let h = Handle::from_raw(word);
-                            let (_, generation, slot) = h.decode().ok_or("bad header")?;
-                            let loc = inner
-                                .handles
-                                .get(h, slot, generation)
-                                .map_err(|e| format!("class {}: {e}", g.index))?;
-                            if loc
-                                != (Location {
-                                    zspage: id,
-                                    obj: obj as u16,
-                                })
-                            {
+                let owned: Vec<(u16, u32)> = owner
+                    .range((id, 0)..=(id, u16::MAX))
+                    .map(|(&(_, obj), &slot)| (obj, slot))
+                    .collect();
+                if owned.len() != meta.inuse as usize {
+                    return Err(format!(
+                        "class {}: zspage {id}: {} handles point in but inuse {}",
+                        g.index,
+                        owned.len(),
+                        meta.inuse
+                    ));
+                }
+                for (obj, slot) in owned {
+                    if obj >= meta.fresh {
+                        return Err(format!(
+                            "class {}: zspage {id}: handle slot {slot} names never-used object {obj}",
+                            g.index
+                        ));
+                    }
+                    if huge && meta.huge_slot != slot {
+                        return Err(format!("class {}: huge slot {slot} mismatch", g.index));
+                    }
+                    if g.header > 0 {
+                        let h = Handle::from_raw(header(bytes, g.size, obj as usize));
+                        match h.decode() {
+                            Some((_, _, s)) if s == slot => {}
+                            _ => {
                                 return Err(format!(
-                                    "class {}: handle {h} points elsewhere",
+                                    "class {}: zspage {id}: object {obj} header {h} is not its handle (slot {slot})",
                                     g.index
                                 ));
                             }
                         }
                     }
-                }
-                if allocated != meta.inuse as usize {
-                    return Err(format!(
-                        "class {}: zspage {id}: {allocated} headers but inuse {}",
-                        g.index, meta.inuse
-                    ));
                 }
                 inuse_sum += meta.inuse as usize;
             }
@@ -667,25 +802,13 @@ impl Pool {
                     inner.handles.live()
                 ));
             }
-            for (slot, generation, loc) in inner.handles.iter_live() {
-                let meta = inner
-                    .zspages
-                    .get(loc.zspage as usize)
-                    .and_then(Option::as_ref);
-                let Some(meta) = meta else {
-                    return Err(format!(
-                        "class {}: handle slot {slot} names a free zspage",
-                        g.index
-                    ));
-                };
-                if huge && meta.huge_slot != slot {
-                    return Err(format!(
-                        "class {}: huge slot {slot}/{generation} mismatch",
-                        g.index
-                    ));
-                }
+            if capacity != inner.capacity || zspage_pages != inner.pages {
+                return Err(format!(
+                    "class {}: capacity or page count mismatch",
+                    g.index
+                ));
             }
-            pages += count * g.pages_per_zspage;
+            pages += zspage_pages;
         }
         if pages != self.total_pages() || pages != self.source.pages_live() {
             return Err(format!(
@@ -699,31 +822,29 @@ impl Pool {
 }
 
 /// Moves objects from `src` into `dst` until `src` is empty or `dst` is full, re-pointing
-/// their handles (the kernel's `migrate_zspage`).
+/// their handles (the kernel's `migrate_zspage`). The objects of `src` and their handle
+/// slots are found through the class's handle table, so objects need not carry their
+/// handle; an in-object header moves with the object's bytes and stays right, since the
+/// handle does not change.
 fn migrate(inner: &mut ClassInner, geom: &ClassGeometry, src_id: u32, dst_id: u32) {
     let huge = geom.is_huge();
     let size = geom.size;
+    let mut objects: Vec<(u16, u32)> = inner
+        .handles
+        .iter_live()
+        .filter(|(_, _, loc)| loc.zspage == src_id)
+        .map(|(slot, _, loc)| (loc.obj, slot))
+        .collect();
+    objects.sort_unstable();
     // Take both zspages out of the class to borrow them side by side; put them back after.
     let mut src = take(inner, src_id);
     let mut dst = take(inner, dst_id);
-    for obj in 0..src.fresh as usize {
-        if src.inuse == 0 || dst.inuse as usize == geom.objs_per_zspage {
+    for (obj, slot) in objects {
+        if dst.inuse == dst.objs {
             break;
         }
-        let slot = if huge {
-            if src.free_head == obj as u16 {
-                continue;
-            }
-            src.huge_slot
-        } else {
-            let word = header(src.run.bytes(), size, obj);
-            match Handle::from_raw(word).decode() {
-                Some((_, _, slot)) => slot,
-                None => continue,
-            }
-        };
         let new_obj = dst.take_free(size, huge);
-        let (from, to) = (obj * size, new_obj as usize * size);
+        let (from, to) = (obj as usize * size, new_obj as usize * size);
         dst.run.bytes_mut()[to..to + size].copy_from_slice(&src.run.bytes()[from..from + size]);
         if huge {
             dst.huge_slot = slot;
@@ -735,7 +856,7 @@ fn migrate(inner: &mut ClassInner, geom: &ClassGeometry, src_id: u32, dst_id: u3
                 obj: new_obj,
             },
         );
-        src.put_free(size, huge, obj as u16);
+        src.put_free(size, huge, obj);
     }
     inner.zspages[src_id as usize] = Some(src);
     inner.zspages[dst_id as usize] = Some(dst);
@@ -757,10 +878,5 @@ fn check_size(size: usize) -> Result<()> {
 
 /// Byte offset of an object's caller data inside its zspage.
 fn data_offset(geom: &ClassGeometry, obj: u16) -> usize {
-    let header = if geom.is_huge() {
-        0
-    } else {
-        crate::class::HANDLE_SIZE
-    };
-    obj as usize * geom.size + header
+    obj as usize * geom.size + geom.header
 }

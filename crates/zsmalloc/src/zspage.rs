@@ -1,5 +1,6 @@
 //! One zspage: a run of `pages_per_zspage` consecutive pages cut into `objs_per_zspage`
-//! objects of one class size.
+//! objects of one class size — or, for a *short* zspage that compaction made for a class's
+//! last partly used zspage, fewer pages and as many objects as fit in them (`objs`).
 //!
 //! Representation. A [`ZsPage`] owns its memory (a [`PageRun`] of virtually contiguous
 //! pages, so no object ever straddles a mapping boundary) and its bookkeeping; it lives in
@@ -11,7 +12,8 @@
 //! at or past `fresh` have never been used and are not linked. Huge classes (one object
 //! per one-page zspage) keep no header: the handle slot is kept in the meta instead.
 //!
-//! Invariant: `inuse + free_list_len + (objs_per_zspage - fresh) == objs_per_zspage`.
+//! Invariant: `inuse + free_list_len + (objs - fresh) == objs`, and
+//! `objs == pages * 4096 / size` (so `objs == objs_per_zspage` for a full-length zspage).
 
 use crate::handle::is_handle_word;
 use crate::sys::PageRun;
@@ -29,6 +31,8 @@ pub(crate) const NR_GROUPS: usize = 12;
 #[derive(Debug)]
 pub(crate) struct ZsPage {
     pub run: PageRun,
+    /// Objects the zspage holds.
+    pub objs: u16,
     /// Objects in use.
     pub inuse: u16,
     /// First free (linked) object, or [`NO_OBJ`].
@@ -75,9 +79,10 @@ pub(crate) fn is_allocated(word: u64) -> bool {
 }
 
 impl ZsPage {
-    pub fn new(run: PageRun) -> Self {
+    pub fn new(run: PageRun, objs: usize) -> Self {
         Self {
             run,
+            objs: objs as u16,
             inuse: 0,
             free_head: NO_OBJ,
             fresh: 0,
@@ -120,16 +125,16 @@ impl ZsPage {
         self.inuse -= 1;
     }
 
-    /// Length of the free list (walks it; for invariant checks).
-    pub fn free_list_len(&self, size: usize, huge: bool, objs: usize) -> Option<usize> {
+    /// The free list's objects (walks it; for invariant checks), or `None` if it is broken.
+    pub fn free_list(&self, size: usize, huge: bool, objs: usize) -> Option<Vec<u16>> {
         let mem = self.run.bytes();
-        let mut n = 0;
+        let mut list = Vec::new();
         let mut cur = self.free_head;
         while cur != NO_OBJ {
-            n += 1;
-            if n > objs || cur as usize >= objs {
+            if list.len() >= objs || cur as usize >= objs || cur >= self.fresh {
                 return None;
             }
+            list.push(cur);
             cur = if huge {
                 NO_OBJ
             } else {
@@ -140,6 +145,6 @@ impl ZsPage {
                 (word & 0xFFFF) as u16
             };
         }
-        Some(n)
+        Some(list)
     }
 }

@@ -8,6 +8,7 @@ use std::thread;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use zsmalloc::class::Header;
 use zsmalloc::{Handle, Pool, PoolConfig};
 
 const WORKERS: u64 = 3;
@@ -43,12 +44,13 @@ fn size(rng: &mut StdRng, huge: usize) -> usize {
     }
 }
 
-fn stress(chain: usize, shards: usize) {
+fn stress(chain: usize, shards: usize, header: Header) {
     let pool = Arc::new(
         Pool::with_config(PoolConfig {
             chain_size: chain,
             populate: false,
             shards,
+            header,
             ..PoolConfig::default()
         })
         .unwrap(),
@@ -178,10 +180,15 @@ fn stress(chain: usize, shards: usize) {
 
 #[test]
 fn stress_chain_4_one_shard() {
-    stress(4, 1);
+    stress(4, 1, Header::Handle);
 }
 
 #[test]
 fn stress_chain_16_shard_per_cpu() {
-    stress(16, 0);
+    stress(16, 0, Header::Handle);
+}
+
+#[test]
+fn stress_chain_8_shard_per_cpu_no_header() {
+    stress(8, 0, Header::Omitted);
 }

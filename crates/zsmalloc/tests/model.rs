@@ -9,6 +9,7 @@ use proptest::prelude::*;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
+use zsmalloc::class::Header;
 use zsmalloc::{Error, Handle, Pool, PoolConfig};
 
 /// How a malloc size is chosen; `NearHuge` is relative to the pool's `huge_class_size`.
@@ -95,12 +96,13 @@ struct Harness {
 }
 
 impl Harness {
-    fn new(chain: usize, shards: usize) -> Self {
+    fn new(chain: usize, shards: usize, header: Header) -> Self {
         Self {
             pool: Pool::with_config(PoolConfig {
                 chain_size: chain,
                 populate: false,
                 shards,
+                header,
                 ..PoolConfig::default()
             })
             .unwrap(),
@@ -261,12 +263,12 @@ impl Harness {
             }
             Op::Compact => {
                 let before = self.pool.total_pages();
-                let freeable = self.pool.freeable_pages();
                 let compacted = self.pool.stats().pages_compacted;
                 let freed = self.pool.compact();
                 prop_assert_eq!(self.pool.total_pages(), before - freed);
-                prop_assert_eq!(freed, freeable, "compact frees exactly the freeable pages");
+                // Nothing left to free, and no partly used zspage longer than it must be.
                 prop_assert_eq!(self.pool.freeable_pages(), 0);
+                prop_assert_eq!(self.pool.shortenable_pages(), 0);
                 prop_assert_eq!(self.pool.stats().pages_compacted, compacted + freed as u64);
                 self.verify_all()?;
             }
@@ -279,8 +281,8 @@ fn fail(msg: impl Into<String>) -> TestCaseError {
     TestCaseError::fail(msg.into())
 }
 
-fn run(chain: usize, shards: usize, ops: &[Op]) -> Result<(), TestCaseError> {
-    let mut h = Harness::new(chain, shards);
+fn run(chain: usize, shards: usize, header: Header, ops: &[Op]) -> Result<(), TestCaseError> {
+    let mut h = Harness::new(chain, shards, header);
     for op in ops {
         h.step(op)?;
     }
@@ -299,22 +301,32 @@ proptest! {
 
     #[test]
     fn model_chain_1(ops in prop::collection::vec(op(), 1..300)) {
-        run(1, 1, &ops)?;
+        run(1, 1, Header::Handle, &ops)?;
     }
 
     #[test]
     fn model_chain_4(ops in prop::collection::vec(op(), 1..300)) {
-        run(4, 1, &ops)?;
+        run(4, 1, Header::Handle, &ops)?;
     }
 
     #[test]
     fn model_chain_8_three_shards(ops in prop::collection::vec(op(), 1..300)) {
-        run(8, 3, &ops)?;
+        run(8, 3, Header::Handle, &ops)?;
     }
 
     #[test]
     fn model_chain_16(ops in prop::collection::vec(op(), 1..300)) {
-        run(16, 1, &ops)?;
+        run(16, 1, Header::Handle, &ops)?;
+    }
+
+    #[test]
+    fn model_chain_4_no_header(ops in prop::collection::vec(op(), 1..300)) {
+        run(4, 1, Header::Omitted, &ops)?;
+    }
+
+    #[test]
+    fn model_chain_8_three_shards_no_header(ops in prop::collection::vec(op(), 1..300)) {
+        run(8, 3, Header::Omitted, &ops)?;
     }
 }
 
@@ -322,11 +334,15 @@ proptest! {
 /// survivors into fewer zspages (freeing pages) without changing what their handles read.
 #[test]
 fn compaction_moves_objects_and_keeps_contents() {
-    for chain in [1, 4, 8, 16] {
+    for (chain, header) in [1, 4, 8, 16]
+        .into_iter()
+        .flat_map(|c| [(c, Header::Handle), (c, Header::Omitted)])
+    {
         let pool = Pool::with_config(PoolConfig {
             chain_size: chain,
             populate: false,
             shards: 1,
+            header,
             ..PoolConfig::default()
         })
         .unwrap();
@@ -355,9 +371,13 @@ fn compaction_moves_objects_and_keeps_contents() {
         let freed = pool.compact();
         pool.check_invariants().unwrap();
         assert!(freed > 0, "chain {chain}: compaction freed nothing");
-        assert_eq!(freed, freeable, "chain {chain}");
+        assert!(
+            freed >= freeable,
+            "chain {chain}: freed {freed} < {freeable}"
+        );
         assert_eq!(pool.total_pages(), before - freed);
         assert_eq!(pool.freeable_pages(), 0);
+        assert_eq!(pool.shortenable_pages(), 0);
         assert_eq!(pool.stats().pages_compacted, freed as u64);
         // Occupied zspages are now nearly full: per class, fewer than one zspage of holes.
         for row in pool.class_stats() {
@@ -390,5 +410,82 @@ fn compaction_moves_objects_and_keeps_contents() {
         }
         pool.check_invariants().unwrap();
         assert_eq!(pool.total_pages(), 0);
+    }
+}
+
+/// Beyond the kernel: a partly used zspage is moved into a short zspage of just enough pages.
+#[test]
+fn compaction_shortens_partly_used_zspages() {
+    for header in [Header::Handle, Header::Omitted] {
+        let pool = Pool::with_config(PoolConfig {
+            chain_size: 8,
+            populate: false,
+            shards: 1,
+            header,
+            ..PoolConfig::default()
+        })
+        .unwrap();
+        // A class whose zspages have several pages.
+        let class = *pool
+            .classes()
+            .classes()
+            .iter()
+            .find(|c| c.pages_per_zspage >= 4 && c.size >= 400)
+            .unwrap();
+        let size = class.capacity();
+        let full = class.objs_per_zspage;
+        let mut objs: Vec<(Handle, Vec<u8>)> = (0..full + 3)
+            .map(|i| {
+                let h = pool.malloc(size).unwrap();
+                let data: Vec<u8> = (0..size).map(|j| (i * 7 + j) as u8).collect();
+                pool.write(h, &data).unwrap();
+                (h, data)
+            })
+            .collect();
+        // Two zspages: one full, one holding 3 objects.
+        assert_eq!(pool.total_pages(), 2 * class.pages_per_zspage);
+        assert_eq!(
+            pool.freeable_pages(),
+            0,
+            "nothing for the kernel's compaction"
+        );
+        let short = (3 * class.size).div_ceil(4096);
+        assert_eq!(
+            pool.shortenable_pages(),
+            class.pages_per_zspage - short,
+            "{header:?}"
+        );
+        let freed = pool.compact();
+        assert_eq!(freed, class.pages_per_zspage - short, "{header:?}");
+        assert_eq!(pool.total_pages(), class.pages_per_zspage + short);
+        assert_eq!(pool.shortenable_pages(), 0);
+        pool.check_invariants().unwrap();
+        for (h, data) in &objs {
+            let mut got = vec![0u8; size];
+            pool.read(*h, &mut got).unwrap();
+            assert_eq!(&got, data, "{header:?}: {h} after shortening");
+        }
+        let row = pool
+            .class_stats()
+            .into_iter()
+            .find(|r| r.index == class.index)
+            .unwrap();
+        assert_eq!(row.pages_used, pool.total_pages());
+        assert_eq!(row.obj_used, full + 3);
+        assert_eq!(row.obj_allocated, full + short * 4096 / class.size);
+        // New objects fill the short zspage first, then get full-length zspages again.
+        let room = short * 4096 / class.size - 3;
+        for _ in 0..room {
+            objs.push((pool.malloc(size).unwrap(), Vec::new()));
+        }
+        assert_eq!(pool.total_pages(), class.pages_per_zspage + short);
+        objs.push((pool.malloc(size).unwrap(), Vec::new()));
+        assert_eq!(pool.total_pages(), 2 * class.pages_per_zspage + short);
+        pool.check_invariants().unwrap();
+        for (h, _) in objs {
+            pool.free(h).unwrap();
+        }
+        assert_eq!(pool.total_pages(), 0);
+        pool.check_invariants().unwrap();
     }
 }

@@ -499,6 +499,8 @@ fn kernel_classes(chain: usize) -> (Vec<usize>, Vec<ClassGeometry>) {
             size,
             pages_per_zspage: pages,
             objs_per_zspage: objs,
+            // The kernel's layout: the handle in the object, except in the huge class.
+            header: if pages == 1 && objs == 1 { 0 } else { 8 },
         });
         serving[i] = i;
     }

@@ -28,6 +28,10 @@ pub struct Args {
     /// zsmalloc zspage-length rule: seed (kernels up to 6.2) or min-waste (6.3 and later).
     #[arg(long, default_value = "min-waste")]
     geometry: zsmalloc::Geometry,
+    /// Where zsmalloc objects keep their handle: omitted (zramd's default) or handle (the
+    /// kernel's layout).
+    #[arg(long, default_value = "omitted")]
+    object_header: zsmalloc::class::Header,
     /// Streams (threads) writing and reading at once.
     #[arg(long, default_value_t = 1)]
     threads: usize,
@@ -189,6 +193,7 @@ fn run_zramd(args: &Args, data: &[u8]) -> anyhow::Result<Run> {
         params: AlgorithmParams::default(),
         chain_size: args.chain_size,
         geometry: args.geometry,
+        header: args.object_header,
         ..ZramConfig::default()
     })?;
     let write = timed(pages, args.threads, |r| {

@@ -32,6 +32,10 @@ pub struct Args {
     /// zsmalloc shards per size class (0 = one per CPU).
     #[arg(long, default_value_t = 0)]
     shards: usize,
+    /// Where zsmalloc objects keep their handle: omitted (zramd's default) or handle (the
+    /// kernel's layout).
+    #[arg(long, default_value = "omitted")]
+    object_header: zsmalloc::class::Header,
     /// Untar-and-delete rounds.
     #[arg(long, default_value_t = 1)]
     cycles: usize,
@@ -251,6 +255,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 algorithm: args.algorithm.name().into(),
                 chain_size: args.chain_size,
                 shards: args.shards,
+                object_header: match args.object_header {
+                    zsmalloc::class::Header::Handle => "handle",
+                    zsmalloc::class::Header::Omitted => "omitted",
+                }
+                .into(),
                 ..DeviceSpec::default()
             }],
             control: Some(tmp.join("control.sock")),
