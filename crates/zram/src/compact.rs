@@ -12,7 +12,8 @@ use zsmalloc::Pool;
 /// When to compact.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AutoCompact {
-    /// Compact when at least this many pages are freeable…
+    /// Compact when at least this many pages are freeable (whole zspages, as the kernel
+    /// counts them, plus what shortening partly used zspages would give back)…
     pub min_pages: usize,
     /// …and they are at least this many thousandths of the pool's pages.
     pub per_mille: usize,
@@ -27,6 +28,14 @@ impl Default for AutoCompact {
             per_mille: 1,
             interval: Duration::from_millis(250),
         }
+    }
+}
+
+impl AutoCompact {
+    /// Would this policy compact `pool` now?
+    pub fn due(&self, pool: &Pool) -> bool {
+        let freeable = pool.freeable_pages() + pool.shortenable_pages();
+        freeable >= self.min_pages && freeable * 1000 >= pool.total_pages() * self.per_mille
     }
 }
 
@@ -76,9 +85,7 @@ fn run(pool: &Pool, policy: AutoCompact, signal: &(Mutex<Signal>, Condvar)) {
             }
             s.nudged = false;
         }
-        let freeable = pool.freeable_pages();
-        if freeable >= policy.min_pages && freeable * 1000 >= pool.total_pages() * policy.per_mille
-        {
+        if policy.due(pool) {
             pool.compact();
         }
     }

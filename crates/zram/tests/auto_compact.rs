@@ -62,8 +62,7 @@ fn fill_and_discard(zram: &Zram) -> Vec<usize> {
 }
 
 fn above_threshold(zram: &Zram, policy: AutoCompact) -> bool {
-    let freeable = zram.pool().freeable_pages();
-    freeable >= policy.min_pages && freeable * 1000 >= zram.pool().total_pages() * policy.per_mille
+    policy.due(zram.pool())
 }
 
 fn check_survivors(zram: &Zram, kept: &[usize]) {

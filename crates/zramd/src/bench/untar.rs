@@ -137,12 +137,7 @@ impl Side for Ours {
         };
         let start = Instant::now();
         let policy = zram::compact::AutoCompact::default();
-        let pending = || {
-            let freeable = dev.pool().freeable_pages();
-            freeable >= policy.min_pages
-                && freeable * 1000 >= dev.pool().total_pages() * policy.per_mille
-        };
-        while start.elapsed() < Duration::from_secs(5) && pending() {
+        while start.elapsed() < Duration::from_secs(5) && policy.due(dev.pool()) {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
