@@ -467,7 +467,11 @@ impl Pool {
         let class = &self.classes[pos];
         let geom = class.geom;
         let mut freed = 0;
-        loop {
+        // Each step empties a zspage or fills one; bound the steps so that threads freeing
+        // into this class all the while cannot keep compaction going forever.
+        let mut steps = 2 * class.inner.lock().zspage_count + 1;
+        while steps > 0 {
+            steps -= 1;
             let released = {
                 // Beyond the kernel, which stops once no whole zspage can be freed: go on
                 // until one partly used zspage is left, which `shorten_partial` then fits.
