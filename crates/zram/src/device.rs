@@ -518,6 +518,17 @@ impl Zram {
         (index < self.table.len()).then(|| self.table.lock(index).get())
     }
 
+    /// The entry of the slot holding byte `offset` (its page's, or its unit's): what a
+    /// caller asking about a page wants, whatever the unit size.
+    pub fn slot_at(&self, offset: u64) -> Option<SlotEntry> {
+        if offset >= self.disksize {
+            return None;
+        }
+        usize::try_from(offset / self.unit_size as u64)
+            .ok()
+            .and_then(|index| self.slot(index))
+    }
+
     /// Bytes the slot table holds.
     pub fn table_bytes(&self) -> usize {
         self.table.metadata_bytes()

@@ -236,6 +236,10 @@ fn a_short_last_unit_counts_its_own_pages() {
         "{m:?}"
     );
     assert_eq!(zram.slot(1).unwrap().len, 3 * PAGE_SIZE);
+    // Asking by offset finds the unit holding it (what a per-page caller needs).
+    assert_eq!(zram.slot_at(unit as u64 + 5000), zram.slot(1));
+    assert_eq!(zram.slot_at(5000), Some(SlotEntry::default()));
+    assert_eq!(zram.slot_at(disksize as u64), None);
     zram.write(unit as u64 + 7, &[9; 5]).unwrap();
     zram.discard(unit as u64, 3 * PAGE_SIZE as u64).unwrap();
     assert_eq!(zram.mm_stat().orig_data_size, 0);

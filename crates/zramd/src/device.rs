@@ -54,6 +54,8 @@ pub struct Settings {
     pub mem_limit: u64,
     /// zsmalloc shards per size class (0 = one per CPU).
     pub shards: usize,
+    /// Bytes compressed as one stream (4096: the kernel's page at a time; up to 128 KiB).
+    pub unit_size: usize,
 }
 
 impl Default for Settings {
@@ -64,6 +66,7 @@ impl Default for Settings {
             chain_size: zsmalloc::class::DEFAULT_CHAIN_SIZE,
             mem_limit: 0,
             shards: 0,
+            unit_size: zram::PAGE_SIZE,
         }
     }
 }
@@ -200,6 +203,7 @@ impl Device {
             chain_size: s.chain_size,
             mem_limit: s.mem_limit,
             shards: s.shards,
+            unit_size: s.unit_size,
             ..ZramConfig::default()
         })
         .map_err(|e| match e {

@@ -46,6 +46,10 @@ pub struct DeviceSpec {
     /// zsmalloc shards per size class (0 = one per CPU).
     #[serde(default)]
     pub shards: usize,
+    /// Bytes compressed as one stream, with K suffixes: "4K" (the kernel's page at a
+    /// time) up to "128K", a power of two.
+    #[serde(default = "default_unit")]
+    pub unit_size: String,
 }
 
 fn default_size() -> String {
@@ -60,6 +64,9 @@ fn default_chain() -> usize {
 fn default_limit() -> String {
     "0".into()
 }
+fn default_unit() -> String {
+    "4K".into()
+}
 
 impl Default for DeviceSpec {
     fn default() -> Self {
@@ -72,6 +79,7 @@ impl Default for DeviceSpec {
             mem_limit: default_limit(),
             read_only: false,
             shards: 0,
+            unit_size: default_unit(),
         }
     }
 }
@@ -87,6 +95,9 @@ impl DeviceSpec {
         if disksize == 0 {
             bail!("device {}: size must be more than 0", self.name);
         }
+        let unit_size = usize::try_from(zram::size::parse_size(&self.unit_size)?)
+            .with_context(|| format!("unit_size {}", self.unit_size))?;
+        zram::unit::check_unit_size(unit_size).with_context(|| format!("device {}", self.name))?;
         let settings = Settings {
             algorithm,
             params: AlgorithmParams {
@@ -96,6 +107,7 @@ impl DeviceSpec {
             chain_size: self.chain_size,
             mem_limit: zram::size::parse_size(&self.mem_limit)?,
             shards: self.shards,
+            unit_size,
         };
         Device::with_size(self.name.clone(), settings, disksize)
             .with_context(|| format!("device {}", self.name))

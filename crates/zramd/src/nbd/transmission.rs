@@ -418,9 +418,11 @@ fn read<C: Conn>(shared: &Shared<C>, req: &Request, start: Instant) {
     }
 }
 
-/// The `base:allocation` status of one page.
+/// The `base:allocation` status of one page (its unit's, when units are larger).
 fn page_status(dev: &Zram, page: u64) -> u32 {
-    let entry = usize::try_from(page).ok().and_then(|i| dev.slot(i));
+    let entry = page
+        .checked_mul(PAGE)
+        .and_then(|offset| dev.slot_at(offset));
     match entry {
         Some(e) if e.is_allocated() => {
             if e.flags.contains(Flags::SAME) && e.handle == 0 {
