@@ -8,6 +8,10 @@
 //! the slot's lock. Requests of any offset and length are split into pages; partial pages are
 //! read, modified and written back under the slot's lock, so the last write to a page always
 //! wins whole.
+//!
+//! With a `unit_size` larger than a page (beyond the kernel, opt-in), each aligned unit is
+//! compressed as one stream instead and the slot table has one entry per unit: see
+//! [`crate::unit`]. The default, 4 KiB, is the page-at-a-time path in this file.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -47,6 +51,10 @@ pub struct ZramConfig {
     pub shards: usize,
     /// Background compaction (beyond the kernel); `None` turns it off.
     pub auto_compact: Option<AutoCompact>,
+    /// Bytes compressed as one stream (beyond the kernel): a power of two from 4 KiB to
+    /// 128 KiB, at most `disksize`. 4 KiB (the default) is the kernel's page-at-a-time
+    /// model; see [`crate::unit`] for larger units.
+    pub unit_size: usize,
 }
 
 impl Default for ZramConfig {
@@ -61,21 +69,26 @@ impl Default for ZramConfig {
             mem_limit: 0,
             shards: 0,
             auto_compact: Some(AutoCompact::default()),
+            unit_size: PAGE_SIZE,
         }
     }
 }
 
 /// A compressed RAM block device.
+///
+/// The fields are visible to the crate for [`crate::unit`], the unit-sized store.
 #[derive(Debug)]
 pub struct Zram {
-    disksize: u64,
+    pub(crate) disksize: u64,
     chain_size: usize,
-    pool: Arc<Pool>,
-    table: SlotTable,
-    codecs: CodecPool,
-    counters: Counters,
-    limit_pages: AtomicU64,
-    huge_class_size: usize,
+    pub(crate) unit_size: usize,
+    pub(crate) pool: Arc<Pool>,
+    /// One slot per page, or per unit when `unit_size > PAGE_SIZE`.
+    pub(crate) table: SlotTable,
+    pub(crate) codecs: CodecPool,
+    pub(crate) counters: Counters,
+    pub(crate) limit_pages: AtomicU64,
+    pub(crate) huge_class_size: usize,
     pages_compacted_base: AtomicU64,
     start: Instant,
     compactor: Option<Compactor>,
@@ -89,8 +102,8 @@ thread_local! {
     static PAGE: RefCell<Box<[u8; PAGE_SIZE]>> = RefCell::new(Box::new([0; PAGE_SIZE]));
 }
 
-/// The fill word of a same-filled page, if it is one.
-fn same_filled(page: &[u8]) -> Option<u64> {
+/// The fill word of a same-filled page (or unit), if it is one.
+pub(crate) fn same_filled(page: &[u8]) -> Option<u64> {
     let mut words = page.chunks_exact(8).map(|w| {
         let mut b = [0u8; 8];
         b.copy_from_slice(w);
@@ -100,7 +113,7 @@ fn same_filled(page: &[u8]) -> Option<u64> {
     words.all(|w| w == first).then_some(first)
 }
 
-fn fill(page: &mut [u8], word: u64) {
+pub(crate) fn fill(page: &mut [u8], word: u64) {
     let bytes = word.to_ne_bytes();
     for chunk in page.chunks_exact_mut(8) {
         chunk.copy_from_slice(&bytes);
@@ -112,7 +125,14 @@ impl Zram {
     pub fn new(config: ZramConfig) -> Result<Self> {
         let disksize = crate::size::page_align(config.disksize)
             .ok_or_else(|| Error::InvalidSize(config.disksize.to_string()))?;
-        let slots = usize::try_from(disksize / PAGE_SIZE as u64)
+        crate::unit::check_unit_size(config.unit_size)?;
+        if config.unit_size as u64 > disksize {
+            return Err(Error::InvalidParam(format!(
+                "unit_size {} is larger than the device ({disksize} bytes)",
+                config.unit_size
+            )));
+        }
+        let slots = usize::try_from(disksize.div_ceil(config.unit_size as u64))
             .map_err(|_| Error::InvalidSize(config.disksize.to_string()))?;
         let pool = Arc::new(Pool::with_config(PoolConfig {
             chain_size: config.chain_size,
@@ -128,6 +148,7 @@ impl Zram {
         Ok(Self {
             disksize,
             chain_size: config.chain_size,
+            unit_size: config.unit_size,
             huge_class_size: pool.huge_class_size(),
             pool,
             table: SlotTable::new(slots),
@@ -160,6 +181,16 @@ impl Zram {
         self.chain_size
     }
 
+    /// Bytes compressed as one stream (4096: the kernel's page-at-a-time model).
+    pub fn unit_size(&self) -> usize {
+        self.unit_size
+    }
+
+    /// Is this the kernel's page-at-a-time device (`unit_size` of one page)?
+    fn paged(&self) -> bool {
+        self.unit_size == PAGE_SIZE
+    }
+
     /// The allocator underneath.
     pub fn pool(&self) -> &Pool {
         &self.pool
@@ -181,7 +212,7 @@ impl Zram {
         }
     }
 
-    fn now(&self) -> u32 {
+    pub(crate) fn now(&self) -> u32 {
         u32::try_from(self.start.elapsed().as_secs()).unwrap_or(u32::MAX)
     }
 
@@ -208,6 +239,11 @@ impl Zram {
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.check_range(offset, buf.len() as u64)?;
         Counters::add(&self.counters.num_reads, 1);
+        if !self.paged() {
+            return self
+                .read_units(offset, buf)
+                .inspect_err(|_| Counters::add(&self.counters.failed_reads, 1));
+        }
         Self::for_pages(offset, buf.len(), |index, in_page, range| {
             let g = self.table.lock(index);
             if range.len() == PAGE_SIZE {
@@ -226,6 +262,11 @@ impl Zram {
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
         self.check_range(offset, data.len() as u64)?;
         Counters::add(&self.counters.num_writes, 1);
+        if !self.paged() {
+            return self
+                .write_units(offset, data)
+                .inspect_err(|_| Counters::add(&self.counters.failed_writes, 1));
+        }
         Self::for_pages(offset, data.len(), |index, in_page, range| {
             let mut g = self.table.lock(index);
             if range.len() == PAGE_SIZE {
@@ -241,9 +282,18 @@ impl Zram {
     }
 
     /// Frees the whole pages inside the range (the kernel's discard: partial pages at the
-    /// edges are left alone, as they would cost a recompression to save nothing).
+    /// edges are left alone, as they would cost a recompression to save nothing). With
+    /// units, those pages read back as zeroes too: whole units are freed, the pages'
+    /// part of other units is zeroed.
     pub fn discard(&self, offset: u64, len: u64) -> Result<()> {
         self.check_range(offset, len)?;
+        if !self.paged() {
+            self.discard_units(offset, len)?;
+            if let Some(c) = &self.compactor {
+                c.nudge();
+            }
+            return Ok(());
+        }
         let first = offset.div_ceil(PAGE_SIZE as u64);
         let end = (offset + len) / PAGE_SIZE as u64;
         for index in first..end {
@@ -262,6 +312,13 @@ impl Zram {
     pub fn write_zeroes(&self, offset: u64, len: u64) -> Result<()> {
         self.check_range(offset, len)?;
         let len = usize::try_from(len).map_err(|_| Error::InvalidSize(len.to_string()))?;
+        if !self.paged() {
+            self.zero_units(offset, len)?;
+            if let Some(c) = &self.compactor {
+                c.nudge();
+            }
+            return Ok(());
+        }
         Self::for_pages(offset, len, |index, in_page, range| {
             let mut g = self.table.lock(index);
             if range.len() == PAGE_SIZE {
@@ -293,7 +350,11 @@ impl Zram {
     pub fn reset(&self) {
         for index in 0..self.table.len() {
             let mut g = self.table.lock(index);
-            self.free_slot(&mut g);
+            if self.paged() {
+                self.free_slot(&mut g);
+            } else {
+                self.free_unit(&mut g);
+            }
         }
         self.counters.clear();
         self.pages_compacted_base
@@ -457,9 +518,21 @@ impl Zram {
         )
     }
 
-    /// The entry of slot `index` (for tests and tools).
+    /// The entry of slot `index` (for tests and tools): page `index`, or unit `index` when
+    /// `unit_size` is larger than a page.
     pub fn slot(&self, index: usize) -> Option<SlotEntry> {
         (index < self.table.len()).then(|| self.table.lock(index).get())
+    }
+
+    /// The entry of the slot holding byte `offset` (its page's, or its unit's): what a
+    /// caller asking about a page wants, whatever the unit size.
+    pub fn slot_at(&self, offset: u64) -> Option<SlotEntry> {
+        if offset >= self.disksize {
+            return None;
+        }
+        usize::try_from(offset / self.unit_size as u64)
+            .ok()
+            .and_then(|index| self.slot(index))
     }
 
     /// Bytes the slot table holds.

@@ -6,6 +6,7 @@
 //! - [`slot`]: the slot table and per-slot locks;
 //! - [`device`]: [`Zram`], the device: reads and writes at any offset, discard,
 //!   write-zeroes, limits, reset;
+//! - [`unit`]: compression units larger than a page (opt-in, beyond the kernel);
 //! - [`compact`]: automatic background compaction;
 //! - [`stats`]: counters and the kernel's `mm_stat`, `io_stat`, `debug_stat` formats;
 //! - [`size`]: sizes with K/M/G suffixes;
@@ -22,6 +23,7 @@ pub mod lzo;
 pub mod size;
 pub mod slot;
 pub mod stats;
+pub mod unit;
 
 pub use comp::{Algorithm, AlgorithmParams};
 pub use device::{Zram, ZramConfig};

@@ -1,8 +1,9 @@
-//! The slot table: one entry per 4 KiB page of the device, and the per-slot locks.
+//! The slot table: one entry per 4 KiB page of the device (per compression unit when the
+//! device's `unit_size` is larger, see [`crate::unit`]), and the per-slot locks.
 //!
-//! An entry is two words. `handle` holds the zsmalloc handle of the slot's object, or the
-//! fill word of a same-filled page. `info` packs, from bit 0: the stored length (13 bits,
-//! 0..=4096), the flags ([`Flags`], 8 bits), the compression priority (2 bits) and, from bit
+//! An entry is two words. `handle` holds the zsmalloc handle of the slot's object (of a
+//! unit's first object), or the fill word of a same-filled page or unit. `info` packs, from
+//! bit 0: the stored length (18 bits, 0..=131072, the largest unit), the flags ([`Flags`], 8 bits), the compression priority (2 bits) and, from bit
 //! 32, the last access time in seconds since the device started (for idle tracking).
 //!
 //! Locking: slot `i` is guarded by lock `i % STRIPES` of a striped lock array (the kernel
@@ -49,7 +50,7 @@ impl Flags {
     }
 }
 
-const LEN_BITS: u32 = 13;
+const LEN_BITS: u32 = 18;
 const LEN_MASK: u64 = (1 << LEN_BITS) - 1;
 const FLAGS_SHIFT: u32 = LEN_BITS;
 const PRIO_SHIFT: u32 = FLAGS_SHIFT + 8;
@@ -60,7 +61,8 @@ const TIME_SHIFT: u32 = 32;
 pub struct SlotEntry {
     /// Handle of the object, or the fill word of a same-filled page.
     pub handle: u64,
-    /// Bytes stored (0 for an empty or same-filled slot).
+    /// Bytes stored (0 for an empty or same-filled slot): the compressed length, or the
+    /// page's (unit's) length when stored raw.
     pub len: usize,
     /// Flags.
     pub flags: Flags,
@@ -179,7 +181,7 @@ mod tests {
         let t = SlotTable::new(10);
         let e = SlotEntry {
             handle: u64::MAX - 5,
-            len: 4096,
+            len: 128 * 1024,
             flags: Flags::HUGE.with(Flags::IDLE),
             prio: 3,
             ac_time: u32::MAX,

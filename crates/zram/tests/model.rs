@@ -148,6 +148,7 @@ fn device(algorithm: Algorithm) -> Zram {
         mem_limit: 0,
         shards,
         auto_compact: None,
+        unit_size: PAGE_SIZE,
     })
     .expect("device")
 }

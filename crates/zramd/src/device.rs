@@ -56,6 +56,8 @@ pub struct Settings {
     pub shards: usize,
     /// Where zsmalloc objects keep their handle (default: omitted, 8 bytes less per object).
     pub header: zsmalloc::class::Header,
+    /// Bytes compressed as one stream (4096: the kernel's page at a time; up to 128 KiB).
+    pub unit_size: usize,
 }
 
 impl Default for Settings {
@@ -67,6 +69,7 @@ impl Default for Settings {
             mem_limit: 0,
             shards: 0,
             header: zsmalloc::class::Header::Omitted,
+            unit_size: zram::PAGE_SIZE,
         }
     }
 }
@@ -204,6 +207,7 @@ impl Device {
             mem_limit: s.mem_limit,
             shards: s.shards,
             header: s.header,
+            unit_size: s.unit_size,
             ..ZramConfig::default()
         })
         .map_err(|e| match e {

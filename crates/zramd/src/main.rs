@@ -92,6 +92,10 @@ struct ServeArgs {
     /// zsmalloc shards per size class (0 = one per CPU; 1 packs exactly as the kernel).
     #[arg(long, default_value_t = 0)]
     shards: usize,
+    /// Bytes compressed as one stream: 4K (the kernel's page at a time) up to 128K, a power
+    /// of two. Larger units compress better; reading part of one decompresses all of it.
+    #[arg(long, default_value = "4K")]
+    unit_size: String,
     /// NBD on HOST:PORT (repeatable; replaces the default 127.0.0.1:10809).
     #[arg(long)]
     listen: Vec<String>,
@@ -109,7 +113,7 @@ struct ServeArgs {
     #[arg(long)]
     fuse: Option<PathBuf>,
     /// TOML file with several devices (`[[device]]` tables) and the addresses.
-    #[arg(long, conflicts_with_all = ["size", "algorithm", "chain_size", "mem_limit", "read_only", "shards"])]
+    #[arg(long, conflicts_with_all = ["size", "algorithm", "chain_size", "mem_limit", "read_only", "shards", "unit_size"])]
     config: Option<PathBuf>,
 }
 
@@ -158,6 +162,7 @@ fn serve_options(a: &ServeArgs) -> anyhow::Result<ServeOptions> {
                 mem_limit: a.mem_limit.clone(),
                 read_only: a.read_only,
                 shards: a.shards,
+                unit_size: a.unit_size.clone(),
                 ..DeviceSpec::default()
             }];
         }

@@ -37,8 +37,15 @@ pub struct DeviceStat {
     pub debug_stat: String,
     /// zsmalloc chain size.
     pub chain_size: usize,
+    /// Bytes compressed as one stream (4096: a page at a time).
+    #[serde(default = "page_size")]
+    pub unit_size: usize,
     /// Front ends holding the device open (NBD connections, open FUSE files).
     pub openers: usize,
+}
+
+fn page_size() -> usize {
+    zram::PAGE_SIZE
 }
 
 /// Where a server serves its devices.
@@ -128,6 +135,7 @@ impl Registry {
                         .as_ref()
                         .map_or_else(|| zram::stats::format_debug_stat(0), |z| z.debug_stat()),
                     chain_size: settings.chain_size,
+                    unit_size: zram.as_ref().map_or(settings.unit_size, |z| z.unit_size()),
                     openers: e.device.openers(),
                 }
             })

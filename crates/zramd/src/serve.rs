@@ -50,6 +50,10 @@ pub struct DeviceSpec {
     /// object) or "handle" (the kernel's layout, for like-for-like comparisons).
     #[serde(default = "default_header")]
     pub object_header: String,
+    /// Bytes compressed as one stream, with K suffixes: "4K" (the kernel's page at a
+    /// time) up to "128K", a power of two.
+    #[serde(default = "default_unit")]
+    pub unit_size: String,
 }
 
 fn default_size() -> String {
@@ -67,6 +71,9 @@ fn default_limit() -> String {
 fn default_header() -> String {
     "omitted".into()
 }
+fn default_unit() -> String {
+    "4K".into()
+}
 
 impl Default for DeviceSpec {
     fn default() -> Self {
@@ -80,6 +87,7 @@ impl Default for DeviceSpec {
             read_only: false,
             shards: 0,
             object_header: default_header(),
+            unit_size: default_unit(),
         }
     }
 }
@@ -95,6 +103,9 @@ impl DeviceSpec {
         if disksize == 0 {
             bail!("device {}: size must be more than 0", self.name);
         }
+        let unit_size = usize::try_from(zram::size::parse_size(&self.unit_size)?)
+            .with_context(|| format!("unit_size {}", self.unit_size))?;
+        zram::unit::check_unit_size(unit_size).with_context(|| format!("device {}", self.name))?;
         let settings = Settings {
             algorithm,
             params: AlgorithmParams {
@@ -108,6 +119,7 @@ impl DeviceSpec {
                 .object_header
                 .parse()
                 .map_err(|e: String| anyhow::anyhow!("device {}: {e}", self.name))?,
+            unit_size,
         };
         Device::with_size(self.name.clone(), settings, disksize)
             .with_context(|| format!("device {}", self.name))

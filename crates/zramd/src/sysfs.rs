@@ -1,6 +1,7 @@
 //! The kernel zram's attribute files (`/sys/block/zramN/*`) over a [`Device`]: the same
 //! names, modes, formats and errors, so that zram users' scripts keep working against the
-//! FUSE control tree.
+//! FUSE control tree. One file is ours, after the kernel's: `unit_size`, the bytes
+//! compressed as one stream, set like `comp_algorithm` while the device is uninitialized.
 
 use zram::Algorithm;
 use zram::stats::{IoStat, MmStat, format_debug_stat};
@@ -28,7 +29,7 @@ impl Attr {
 }
 
 /// The attributes, in the order a directory listing shows them.
-pub const ATTRS: [Attr; 11] = [
+pub const ATTRS: [Attr; 12] = [
     Attr {
         name: "disksize",
         mode: 0o644,
@@ -73,6 +74,10 @@ pub const ATTRS: [Attr; 11] = [
         name: "debug_stat",
         mode: 0o444,
     },
+    Attr {
+        name: "unit_size",
+        mode: 0o644,
+    },
 ];
 
 /// The attribute with this name.
@@ -111,6 +116,7 @@ pub fn read(dev: &Device, name: &str) -> Result<String, i32> {
         "mm_stat" => zram.map_or_else(|| MmStat::default().format(), |z| z.mm_stat().format()),
         "io_stat" => zram.map_or_else(|| IoStat::default().format(), |z| z.io_stat().format()),
         "debug_stat" => zram.map_or_else(|| format_debug_stat(0), |z| z.debug_stat()),
+        "unit_size" => format!("{}\n", dev.settings().unit_size),
         _ => return Err(libc::EACCES),
     })
 }
@@ -188,6 +194,15 @@ fn store(dev: &Device, name: &str, value: &str) -> Result<(), DeviceError> {
         "mem_limit" => {
             dev.set_mem_limit(memparse(value)?);
             Ok(())
+        }
+        "unit_size" => {
+            let bytes = usize::try_from(memparse(value)?)
+                .map_err(|_| DeviceError::Invalid(value.into()))?;
+            zram::unit::check_unit_size(bytes).map_err(|e| DeviceError::Invalid(e.to_string()))?;
+            dev.update_settings(|s| {
+                s.unit_size = bytes;
+                Ok(())
+            })
         }
         "mem_used_max" => match value.parse::<u64>() {
             Ok(0) => {
@@ -268,5 +283,38 @@ mod tests {
         write(&d, "reset", b"1\n").unwrap();
         assert_eq!(read(&d, "initstate").unwrap(), "0\n");
         assert_eq!(read(&d, "nonsense"), Err(libc::ENOENT));
+    }
+
+    #[test]
+    fn unit_size_is_set_while_uninitialized() {
+        let d = Device::new("zram0", Settings::default());
+        assert_eq!(read(&d, "unit_size").unwrap(), "4096\n");
+        for bad in ["3K", "2K", "256K", "0", "lots", ""] {
+            assert_eq!(
+                write(&d, "unit_size", bad.as_bytes()),
+                Err(libc::EINVAL),
+                "{bad}"
+            );
+        }
+        write(&d, "unit_size", b"32K\n").unwrap();
+        assert_eq!(read(&d, "unit_size").unwrap(), "32768\n");
+        // A unit larger than the disk: the disksize write is refused.
+        assert_eq!(write(&d, "disksize", b"16K\n"), Err(libc::EINVAL));
+        assert_eq!(read(&d, "initstate").unwrap(), "0\n");
+        write(&d, "disksize", b"1M\n").unwrap();
+        assert_eq!(d.zram().unwrap().unit_size(), 32 * 1024);
+        assert_eq!(write(&d, "unit_size", b"64K\n"), Err(libc::EBUSY));
+        assert_eq!(write(&d, "unit_size", b"5K\n"), Err(libc::EINVAL));
+        assert_eq!(read(&d, "unit_size").unwrap(), "32768\n");
+        // Data goes through the units.
+        let opened = d.open().unwrap();
+        opened.write(40_000, &[3u8; 5000]).unwrap();
+        let mut back = [0u8; 5002];
+        opened.read(39_999, &mut back).unwrap();
+        assert_eq!((back[0], back[1], back[5000], back[5001]), (0, 3, 3, 0));
+        drop(opened);
+        write(&d, "reset", b"1\n").unwrap();
+        write(&d, "unit_size", b"4K\n").unwrap();
+        assert_eq!(read(&d, "unit_size").unwrap(), "4096\n");
     }
 }

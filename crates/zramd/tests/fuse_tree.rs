@@ -87,6 +87,7 @@ fn attribute_files_behave_as_sysfs() {
         "mem_limit",
         "mem_used_max",
         "algorithm_params",
+        "unit_size",
     ] {
         assert!(
             names.iter().any(|n| n == want),
@@ -101,6 +102,9 @@ fn attribute_files_behave_as_sysfs() {
     // Errnos as the kernel's.
     assert_eq!(errno_of(write("disksize", "32M")), Some(libc::EBUSY));
     assert_eq!(errno_of(write("comp_algorithm", "zstd")), Some(libc::EBUSY));
+    assert_eq!(read("unit_size").unwrap(), "4096\n");
+    assert_eq!(errno_of(write("unit_size", "32K")), Some(libc::EBUSY));
+    assert_eq!(errno_of(write("unit_size", "33K")), Some(libc::EINVAL));
     assert_eq!(errno_of(write("mm_stat", "1")), Some(libc::EACCES));
     assert_eq!(
         read("reset").unwrap_err().raw_os_error(),
@@ -181,15 +185,19 @@ fn attribute_files_behave_as_sysfs() {
     );
     write("comp_algorithm", "zstd\n").unwrap();
     write("algorithm_params", "algo=zstd level=7\n").unwrap();
+    assert_eq!(errno_of(write("unit_size", "256K")), Some(libc::EINVAL));
+    write("unit_size", "32K\n").unwrap();
     write("disksize", "8M\n").unwrap();
     assert_eq!(read("comp_algorithm").unwrap(), "lzo-rle lzo lz4 [zstd] \n");
+    assert_eq!(read("unit_size").unwrap(), "32768\n");
     std::fs::OpenOptions::new()
         .write(true)
         .open(&disk)
         .unwrap()
         .write_all(&text[..4096])
         .unwrap();
-    assert_eq!(mm_stat(&dev)[0], 4096);
+    // One page written: its 32 KiB unit is stored (the rest of it zeroes).
+    assert_eq!(mm_stat(&dev)[0], 32768);
 
     server.stop();
     assert!(

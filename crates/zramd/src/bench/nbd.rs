@@ -1,9 +1,12 @@
 //! `zramd bench nbd --input FILE`: zramd against `nbdkit memory` over NBD, same client, same
-//! data, one run. For each server (zramd with lz4 and with zstd; nbdkit with
-//! `allocator=zstd` and `allocator=sparse`), started as a process of its own on a unix
+//! data, one run. For each server (zramd with lz4 and with zstd, page at a time, and with
+//! zstd in 32, 64 and 128 KiB compression units; nbdkit with `allocator=zstd` and
+//! `allocator=sparse`), started as a process of its own on a unix
 //! socket: `nbdcopy` writes the file in and reads it back out (timed), the server's RSS is
 //! read from `/proc/PID/status` before, after the write, and after a `qemu-io discard` of the
-//! whole disk; then the server is stopped.
+//! whole disk; then the server is stopped. For zramd, the device's own figures when full
+//! (`mem_used_total`, compressed bytes, metadata, cached free pages) show what the RSS is
+//! made of.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -30,12 +33,41 @@ struct Row {
     rss_start_mib: f64,
     rss_full_mib: f64,
     rss_after_trim_mib: f64,
+    /// zramd only, when full.
+    device: Option<Composition>,
+}
+
+/// What a full zramd device reports holding, MiB.
+#[derive(Debug, Serialize)]
+struct Composition {
+    mem_used_total_mib: f64,
+    compr_data_mib: f64,
+    metadata_mib: f64,
+    cached_mib: f64,
+}
+
+fn composition(control: &Path) -> anyhow::Result<Composition> {
+    let r = zramd::control::call(control, &zramd::control::Request::Stat)?;
+    let d = r.devices.first().context("no device")?;
+    let mib = |i: usize| {
+        d.mm_stat_fields
+            .get(i)
+            .map_or(0.0, |&v| v as f64 / 1048576.0)
+    };
+    Ok(Composition {
+        mem_used_total_mib: mib(2),
+        compr_data_mib: mib(1),
+        metadata_mib: mib(10),
+        cached_mib: mib(11),
+    })
 }
 
 /// A server process, stopped (SIGTERM, then SIGKILL) when dropped.
 struct Server {
     child: Child,
     socket: PathBuf,
+    /// zramd's control socket.
+    control: Option<PathBuf>,
 }
 
 impl Drop for Server {
@@ -101,6 +133,7 @@ fn measure(
     let rss_start = rss_mib(pid)?;
     let write = run_tool(Command::new("nbdcopy").arg(input).arg(&uri))?;
     let rss_full = rss_mib(pid)?;
+    let device = server.control.as_deref().map(composition).transpose()?;
     let read = run_tool(Command::new("nbdcopy").arg(&uri).arg("null:"))?;
     run_tool(
         Command::new("qemu-io")
@@ -116,6 +149,7 @@ fn measure(
         rss_start_mib: rss_start,
         rss_full_mib: rss_full,
         rss_after_trim_mib: rss_after_trim,
+        device,
     })
 }
 
@@ -133,30 +167,22 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     std::fs::create_dir_all(&dir)?;
     let exe = std::env::current_exe()?;
     let mut rows = Vec::new();
-    let servers: [(&str, Vec<String>); 4] = [
-        ("zramd lz4", vec!["lz4".into()]),
-        ("zramd zstd", vec!["zstd".into()]),
-        (
-            "nbdkit memory allocator=zstd",
-            vec!["allocator=zstd".into()],
-        ),
-        (
-            "nbdkit memory allocator=sparse",
-            vec!["allocator=sparse".into()],
-        ),
+    // (row name, zramd algorithm and unit size, or nbdkit allocator)
+    let servers: [(&str, &[&str]); 7] = [
+        ("zramd lz4", &["lz4", "4K"]),
+        ("zramd zstd", &["zstd", "4K"]),
+        ("zramd zstd unit 32K", &["zstd", "32K"]),
+        ("zramd zstd unit 64K", &["zstd", "64K"]),
+        ("zramd zstd unit 128K", &["zstd", "128K"]),
+        ("nbdkit memory allocator=zstd", &["allocator=zstd"]),
+        ("nbdkit memory allocator=sparse", &["allocator=sparse"]),
     ];
     for (i, (name, arg)) in servers.iter().enumerate() {
         let socket = dir.join(format!("s{i}.sock"));
         let child = if name.starts_with("zramd") {
             Command::new(&exe)
-                .args([
-                    "serve",
-                    "--size",
-                    &size.to_string(),
-                    "--algorithm",
-                    &arg[0],
-                    "--unix",
-                ])
+                .args(["serve", "--size", &size.to_string()])
+                .args(["--algorithm", arg[0], "--unit-size", arg[1], "--unix"])
                 .arg(&socket)
                 .arg("--control")
                 .arg(dir.join(format!("c{i}.sock")))
@@ -167,12 +193,19 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             Command::new("nbdkit")
                 .args(["-f", "-U"])
                 .arg(&socket)
-                .args(["memory", &format!("size={size}"), &arg[0]])
+                .args(["memory", &format!("size={size}"), arg[0]])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()?
         };
-        let server = Server { child, socket };
+        let control = name
+            .starts_with("zramd")
+            .then(|| dir.join(format!("c{i}.sock")));
+        let server = Server {
+            child,
+            socket,
+            control,
+        };
         wait_for(&server.socket)?;
         let row = measure(name, &server, &args.input, size, bytes)?;
         drop(server);
@@ -186,6 +219,17 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 row.rss_full_mib,
                 row.rss_after_trim_mib
             );
+            if let Some(d) = &row.device {
+                println!(
+                    "{:32} full: mem_used_total {:.1} MiB (compressed {:.1} MiB), metadata {:.1} MiB, cached {:.1} MiB, rest of RSS {:.1} MiB",
+                    "",
+                    d.mem_used_total_mib,
+                    d.compr_data_mib,
+                    d.metadata_mib,
+                    d.cached_mib,
+                    row.rss_full_mib - d.mem_used_total_mib - d.metadata_mib - d.cached_mib
+                );
+            }
         }
         rows.push(row);
     }
@@ -193,12 +237,21 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     if args.json {
         println!("{}", serde_json::to_string(&rows)?);
     } else {
+        let nbdkit = &rows[5];
         println!(
-            "zramd lz4 / nbdkit zstd: write {:.2}x, read {:.2}x; zramd zstd RSS / nbdkit zstd RSS (full): {:.2}x",
-            rows[0].write_mb_s / rows[2].write_mb_s,
-            rows[0].read_mb_s / rows[2].read_mb_s,
-            rows[1].rss_full_mib / rows[2].rss_full_mib
+            "zramd lz4 / nbdkit zstd: write {:.2}x, read {:.2}x",
+            rows[0].write_mb_s / nbdkit.write_mb_s,
+            rows[0].read_mb_s / nbdkit.read_mb_s,
         );
+        for row in &rows[1..5] {
+            println!(
+                "{} / nbdkit zstd: RSS (full) {:.3}x, write {:.2}x, read {:.2}x",
+                row.server,
+                row.rss_full_mib / nbdkit.rss_full_mib,
+                row.write_mb_s / nbdkit.write_mb_s,
+                row.read_mb_s / nbdkit.read_mb_s,
+            );
+        }
     }
     Ok(())
 }

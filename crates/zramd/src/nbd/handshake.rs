@@ -277,8 +277,12 @@ impl<C: Conn> Negotiation<'_, C> {
             );
             self.reply(option, REP_INFO, &info_string(INFO_DESCRIPTION, &text))?;
         }
-        // Sent whether asked or not: we enforce a maximum other than the default.
-        let block = info_block_size(1, 4096, self.max_request);
+        // Sent whether asked or not: we enforce a maximum other than the default. The
+        // preferred size is the device's compression unit (a page unless set larger), so
+        // that clients write whole units rather than parts to be read, modified, rewritten.
+        let unit = u32::try_from(zram.unit_size()).unwrap_or(4096);
+        let preferred = if unit <= self.max_request { unit } else { 4096 };
+        let block = info_block_size(1, preferred, self.max_request);
         self.reply(option, REP_INFO, &block)?;
         self.reply(option, REP_ACK, &[])?;
         if option == OPT_GO {
