@@ -1,5 +1,6 @@
 //! `zramd bench nbd --input FILE`: zramd against `nbdkit memory` over NBD, same client, same
-//! data, one run. For each server (zramd with lz4 and with zstd, page at a time, and with
+//! data, one run of `--repeat` rounds (each round runs every server once, in alternating
+//! order; the summary takes each figure's median over the rounds). For each server (zramd with lz4 and with zstd, page at a time, and with
 //! zstd in 32, 64 and 128 KiB compression units; nbdkit with `allocator=zstd` and
 //! `allocator=sparse`), started as a process of its own on a unix
 //! socket: `nbdcopy` writes the file in and reads it back out (timed), the server's RSS is
@@ -20,12 +21,15 @@ pub struct Args {
     /// The file to copy in and out.
     #[arg(long)]
     input: PathBuf,
+    /// Rounds; each runs every server once (forwards, then backwards, and so on).
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 struct Row {
     server: String,
     write_mb_s: f64,
@@ -38,7 +42,7 @@ struct Row {
 }
 
 /// What a full zramd device reports holding, MiB.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 struct Composition {
     mem_used_total_mib: f64,
     compr_data_mib: f64,
@@ -153,105 +157,174 @@ fn measure(
     })
 }
 
+/// (row name, zramd algorithm and unit size, or nbdkit allocator)
+const SERVERS: [(&str, &[&str]); 7] = [
+    ("zramd lz4", &["lz4", "4K"]),
+    ("zramd zstd", &["zstd", "4K"]),
+    ("zramd zstd unit 32K", &["zstd", "32K"]),
+    ("zramd zstd unit 64K", &["zstd", "64K"]),
+    ("zramd zstd unit 128K", &["zstd", "128K"]),
+    ("nbdkit memory allocator=zstd", &["allocator=zstd"]),
+    ("nbdkit memory allocator=sparse", &["allocator=sparse"]),
+];
+/// Position of nbdkit's zstd allocator in [`SERVERS`].
+const NBDKIT_ZSTD: usize = 5;
+
+/// Starts server `i` of [`SERVERS`] on a unix socket in `dir` and measures it.
+fn run_server(i: usize, dir: &Path, input: &Path, size: u64, bytes: u64) -> anyhow::Result<Row> {
+    let (name, arg) = SERVERS[i];
+    let socket = dir.join(format!("s{i}.sock"));
+    let zramd = name.starts_with("zramd");
+    let control = zramd.then(|| dir.join(format!("c{i}.sock")));
+    // A previous round's sockets would make the server refuse to start (nbdkit) or the
+    // wait below return at once.
+    for path in [Some(&socket), control.as_ref()].into_iter().flatten() {
+        match std::fs::remove_file(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e).with_context(|| format!("remove {}", path.display()));
+            }
+            _ => {}
+        }
+    }
+    let child = if let Some(control) = &control {
+        Command::new(std::env::current_exe()?)
+            .args(["serve", "--size", &size.to_string()])
+            .args(["--algorithm", arg[0], "--unit-size", arg[1], "--unix"])
+            .arg(&socket)
+            .arg("--control")
+            .arg(control)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?
+    } else {
+        Command::new("nbdkit")
+            .args(["-f", "-U"])
+            .arg(&socket)
+            .args(["memory", &format!("size={size}"), arg[0]])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?
+    };
+    let server = Server {
+        child,
+        socket,
+        control,
+    };
+    wait_for(&server.socket)?;
+    measure(name, &server, input, size, bytes)
+}
+
+fn print_row(row: &Row) {
+    println!(
+        "{:32} write {:7.1} MB/s  read {:7.1} MB/s  RSS start {:7.1} MiB  full {:7.1} MiB  after trim {:7.1} MiB",
+        row.server,
+        row.write_mb_s,
+        row.read_mb_s,
+        row.rss_start_mib,
+        row.rss_full_mib,
+        row.rss_after_trim_mib
+    );
+    if let Some(d) = &row.device {
+        println!(
+            "{:32} full: mem_used_total {:.1} MiB (compressed {:.1} MiB), metadata {:.1} MiB, cached {:.1} MiB, rest of RSS {:.1} MiB",
+            "",
+            d.mem_used_total_mib,
+            d.compr_data_mib,
+            d.metadata_mib,
+            d.cached_mib,
+            row.rss_full_mib - d.mem_used_total_mib - d.metadata_mib - d.cached_mib
+        );
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Each figure's median over the rounds (the device composition is the first round's).
+fn median_row(runs: &[Row]) -> Row {
+    let m = |f: fn(&Row) -> f64| median(runs.iter().map(f).collect());
+    Row {
+        server: runs[0].server.clone(),
+        write_mb_s: m(|r| r.write_mb_s),
+        read_mb_s: m(|r| r.read_mb_s),
+        rss_start_mib: m(|r| r.rss_start_mib),
+        rss_full_mib: m(|r| r.rss_full_mib),
+        rss_after_trim_mib: m(|r| r.rss_after_trim_mib),
+        device: runs[0].device.clone(),
+    }
+}
+
 pub fn run(args: &Args) -> anyhow::Result<()> {
     for tool in ["nbdcopy", "qemu-io", "nbdkit"] {
         if Command::new(tool).arg("--version").output().is_err() {
             bail!("{tool} is not installed (apt-get install libnbd-bin qemu-utils nbdkit)");
         }
     }
+    if args.repeat == 0 {
+        bail!("--repeat must be at least 1");
+    }
     let bytes = std::fs::metadata(&args.input)
         .with_context(|| format!("read {}", args.input.display()))?
         .len();
+    // Read the input once so that no server pays for bringing it into the page cache.
+    std::io::copy(&mut std::fs::File::open(&args.input)?, &mut std::io::sink())?;
     let size = bytes.next_multiple_of(1 << 30);
     let dir = std::env::temp_dir().join(format!("zramd-bench-nbd-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let exe = std::env::current_exe()?;
-    let mut rows = Vec::new();
-    // (row name, zramd algorithm and unit size, or nbdkit allocator)
-    let servers: [(&str, &[&str]); 7] = [
-        ("zramd lz4", &["lz4", "4K"]),
-        ("zramd zstd", &["zstd", "4K"]),
-        ("zramd zstd unit 32K", &["zstd", "32K"]),
-        ("zramd zstd unit 64K", &["zstd", "64K"]),
-        ("zramd zstd unit 128K", &["zstd", "128K"]),
-        ("nbdkit memory allocator=zstd", &["allocator=zstd"]),
-        ("nbdkit memory allocator=sparse", &["allocator=sparse"]),
-    ];
-    for (i, (name, arg)) in servers.iter().enumerate() {
-        let socket = dir.join(format!("s{i}.sock"));
-        let child = if name.starts_with("zramd") {
-            Command::new(&exe)
-                .args(["serve", "--size", &size.to_string()])
-                .args(["--algorithm", arg[0], "--unit-size", arg[1], "--unix"])
-                .arg(&socket)
-                .arg("--control")
-                .arg(dir.join(format!("c{i}.sock")))
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()?
-        } else {
-            Command::new("nbdkit")
-                .args(["-f", "-U"])
-                .arg(&socket)
-                .args(["memory", &format!("size={size}"), arg[0]])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()?
-        };
-        let control = name
-            .starts_with("zramd")
-            .then(|| dir.join(format!("c{i}.sock")));
-        let server = Server {
-            child,
-            socket,
-            control,
-        };
-        wait_for(&server.socket)?;
-        let row = measure(name, &server, &args.input, size, bytes)?;
-        drop(server);
-        if !args.json {
-            println!(
-                "{:32} write {:7.1} MB/s  read {:7.1} MB/s  RSS start {:7.1} MiB  full {:7.1} MiB  after trim {:7.1} MiB",
-                row.server,
-                row.write_mb_s,
-                row.read_mb_s,
-                row.rss_start_mib,
-                row.rss_full_mib,
-                row.rss_after_trim_mib
-            );
-            if let Some(d) = &row.device {
-                println!(
-                    "{:32} full: mem_used_total {:.1} MiB (compressed {:.1} MiB), metadata {:.1} MiB, cached {:.1} MiB, rest of RSS {:.1} MiB",
-                    "",
-                    d.mem_used_total_mib,
-                    d.compr_data_mib,
-                    d.metadata_mib,
-                    d.cached_mib,
-                    row.rss_full_mib - d.mem_used_total_mib - d.metadata_mib - d.cached_mib
-                );
-            }
+    let mut runs: Vec<Vec<Row>> = vec![Vec::new(); SERVERS.len()];
+    for round in 0..args.repeat {
+        let mut order: Vec<usize> = (0..SERVERS.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
         }
-        rows.push(row);
+        if !args.json {
+            println!("round {} of {}:", round + 1, args.repeat);
+        }
+        for i in order {
+            let row = run_server(i, &dir, &args.input, size, bytes)?;
+            if !args.json {
+                print_row(&row);
+            }
+            runs[i].push(row);
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
+    let rows: Vec<Row> = runs.iter().map(|r| median_row(r)).collect();
     if args.json {
         println!("{}", serde_json::to_string(&rows)?);
-    } else {
-        let nbdkit = &rows[5];
+        return Ok(());
+    }
+    println!("medians of {} rounds:", args.repeat);
+    for row in &rows {
+        print_row(row);
+    }
+    let nbdkit = &rows[NBDKIT_ZSTD];
+    let per_round: Vec<String> = runs[0]
+        .iter()
+        .zip(&runs[NBDKIT_ZSTD])
+        .map(|(z, n)| format!("{:.2}", z.write_mb_s / n.write_mb_s))
+        .collect();
+    println!(
+        "zramd lz4 / nbdkit zstd: write {:.2}x (per round: {}), read {:.2}x",
+        rows[0].write_mb_s / nbdkit.write_mb_s,
+        per_round.join(", "),
+        rows[0].read_mb_s / nbdkit.read_mb_s,
+    );
+    for row in &rows[1..NBDKIT_ZSTD] {
         println!(
-            "zramd lz4 / nbdkit zstd: write {:.2}x, read {:.2}x",
-            rows[0].write_mb_s / nbdkit.write_mb_s,
-            rows[0].read_mb_s / nbdkit.read_mb_s,
+            "{} / nbdkit zstd: RSS (full) {:.3}x, write {:.2}x, read {:.2}x",
+            row.server,
+            row.rss_full_mib / nbdkit.rss_full_mib,
+            row.write_mb_s / nbdkit.write_mb_s,
+            row.read_mb_s / nbdkit.read_mb_s,
         );
-        for row in &rows[1..5] {
-            println!(
-                "{} / nbdkit zstd: RSS (full) {:.3}x, write {:.2}x, read {:.2}x",
-                row.server,
-                row.rss_full_mib / nbdkit.rss_full_mib,
-                row.write_mb_s / nbdkit.write_mb_s,
-                row.read_mb_s / nbdkit.read_mb_s,
-            );
-        }
     }
     Ok(())
 }
