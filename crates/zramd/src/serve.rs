@@ -442,3 +442,29 @@ pub fn run(options: &ServeOptions) -> anyhow::Result<()> {
     server.stop();
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zsmalloc::class::Header;
+
+    fn header_of(spec: &DeviceSpec) -> anyhow::Result<Header> {
+        let dev = spec.build()?;
+        let zram = dev.zram().context("initialized")?;
+        Ok(zram.pool().classes().header())
+    }
+
+    #[test]
+    fn object_header_setting() {
+        let mut spec = DeviceSpec {
+            size: "1M".into(),
+            ..DeviceSpec::default()
+        };
+        assert_eq!(header_of(&spec).unwrap(), Header::Omitted);
+        spec.object_header = "handle".into();
+        assert_eq!(header_of(&spec).unwrap(), Header::Handle);
+        spec.object_header = "inline".into();
+        let err = header_of(&spec).unwrap_err().to_string();
+        assert!(err.contains("unknown object header"), "{err}");
+    }
+}
