@@ -96,16 +96,11 @@ impl SlotEntry {
     }
 }
 
-#[derive(Debug, Default)]
-struct Slot {
-    handle: AtomicU64,
-    info: AtomicU64,
-}
-
-/// The slot table of one device.
+/// The slot table of one device: two words per slot (the handle, then the packed info), all
+/// zero for an empty slot, so the table's pages become resident only as slots are used.
 #[derive(Debug)]
 pub struct SlotTable {
-    slots: Box<[Slot]>,
+    words: Box<[AtomicU64]>,
     locks: Box<[Mutex<()>]>,
 }
 
@@ -121,19 +116,19 @@ impl SlotTable {
     /// A table of `n` empty slots.
     pub fn new(n: usize) -> Self {
         Self {
-            slots: (0..n).map(|_| Slot::default()).collect(),
+            words: zsmalloc::sys::zeroed_atomics(2 * n),
             locks: (0..STRIPES.min(n.max(1))).map(|_| Mutex::new(())).collect(),
         }
     }
 
     /// Number of slots.
     pub fn len(&self) -> usize {
-        self.slots.len()
+        self.words.len() / 2
     }
 
     /// Is the table empty (a zero-size device)?
     pub fn is_empty(&self) -> bool {
-        self.slots.is_empty()
+        self.words.is_empty()
     }
 
     /// Locks slot `index` (which must be in range).
@@ -145,9 +140,10 @@ impl SlotTable {
         }
     }
 
-    /// Bytes of memory the table holds.
+    /// Bytes of memory the table spans (its pages become resident as slots are first used,
+    /// so the process may hold less).
     pub fn metadata_bytes(&self) -> usize {
-        self.slots.len() * std::mem::size_of::<Slot>()
+        self.words.len() * std::mem::size_of::<AtomicU64>()
             + self.locks.len() * std::mem::size_of::<Mutex<()>>()
     }
 }
@@ -160,15 +156,15 @@ impl SlotGuard<'_> {
 
     /// The entry.
     pub fn get(&self) -> SlotEntry {
-        let s = &self.table.slots[self.index];
-        SlotEntry::unpack(s.handle.load(Relaxed), s.info.load(Relaxed))
+        let w = &self.table.words[2 * self.index..2 * self.index + 2];
+        SlotEntry::unpack(w[0].load(Relaxed), w[1].load(Relaxed))
     }
 
     /// Replaces the entry.
     pub fn set(&mut self, entry: SlotEntry) {
-        let s = &self.table.slots[self.index];
-        s.handle.store(entry.handle, Relaxed);
-        s.info.store(entry.pack_info(), Relaxed);
+        let w = &self.table.words[2 * self.index..2 * self.index + 2];
+        w[0].store(entry.handle, Relaxed);
+        w[1].store(entry.pack_info(), Relaxed);
     }
 }
 
