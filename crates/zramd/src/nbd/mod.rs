@@ -11,7 +11,7 @@
 //! - `server`: [`serve_tcp`] and [`serve_unix`], the accept loop, the connection limit and
 //!   shutdown.
 //!
-//! Threads: one per connection, plus [`transmission::WORKERS`] workers once transmission
+//! Threads: one per connection, plus [`transmission::workers()`] workers once transmission
 //! starts. Locks: a connection's writer mutex (one reply at a time, each written whole) and
 //! its in-flight byte budget; the server's connection registry. None is held while another
 //! is taken.
