@@ -185,6 +185,21 @@ impl HandleTable {
         Ok(loc)
     }
 
+    /// Slots the table has (live or free).
+    pub fn slots(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Where the object of a live slot is (the caller knows the slot is live).
+    pub fn location(&self, slot: u32) -> Location {
+        let e = self.entries[slot as usize];
+        debug_assert!(e & LIVE != 0);
+        Location {
+            zspage: ((e >> ENTRY_ZSPAGE_SHIFT) & 0xFFFF_FFFF) as u32,
+            obj: (e & ENTRY_OBJ_MASK) as u16,
+        }
+    }
+
     /// Live handles.
     pub fn live(&self) -> usize {
         self.live

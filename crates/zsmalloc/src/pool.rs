@@ -470,28 +470,37 @@ impl Pool {
         // Each step empties a zspage or fills one; bound the steps so that threads freeing
         // into this class all the while cannot keep compaction going forever.
         let mut steps = 2 * class.inner.lock().zspage_count + 1;
-        while steps > 0 {
-            steps -= 1;
-            let released = {
-                // Beyond the kernel, which stops once no whole zspage can be freed: go on
-                // until one partly used zspage is left, which `shorten_partial` then fits.
+        let mut released = Vec::new();
+        let mut done = false;
+        while !done {
+            {
+                // Up to `COMPACT_BATCH` steps per hold of the class lock, with one pass over
+                // the handle table to find every zspage's objects.
                 let mut inner = class.inner.lock();
-                let Some(dst) = inner.fullest_with_room(None) else {
-                    break;
-                };
-                let Some(src) = inner.emptiest(Some(dst)) else {
-                    break;
-                };
-                migrate(&mut inner, &geom, src, dst);
-                inner.fix_group(dst);
-                if inner.meta(src).inuse == 0 {
-                    Some(inner.remove_zspage(src))
-                } else {
-                    inner.fix_group(src);
-                    None
+                let mut index = None;
+                for _ in 0..COMPACT_BATCH {
+                    // Beyond the kernel, which stops once no whole zspage can be freed: go
+                    // on until one partly used zspage is left, which `shorten_partial` fits.
+                    let picked = inner
+                        .fullest_with_room(None)
+                        .and_then(|dst| Some((inner.emptiest(Some(dst))?, dst)));
+                    let Some((src, dst)) = picked.filter(|_| steps > 0) else {
+                        done = true;
+                        break;
+                    };
+                    steps -= 1;
+                    let index = index.get_or_insert_with(|| ObjectIndex::of(&inner));
+                    migrate(&mut inner, &geom, src, dst, index);
+                    inner.fix_group(dst);
+                    if inner.meta(src).inuse == 0 {
+                        released.push(inner.remove_zspage(src));
+                    } else {
+                        inner.fix_group(src);
+                    }
                 }
-            };
-            if let Some(run) = released {
+            }
+            // Give the pages back without the class lock held.
+            for run in released.drain(..) {
                 freed += self.release(run);
             }
         }
@@ -540,7 +549,8 @@ impl Pool {
                         if m.inuse > 0 && m.inuse as usize <= objs && wanted < m.run.pages() =>
                     {
                         let dst = inner.add_zspage(ZsPage::new(run, objs));
-                        migrate(&mut inner, &geom, src, dst);
+                        let mut index = ObjectIndex::of(&inner);
+                        migrate(&mut inner, &geom, src, dst, &mut index);
                         inner.fix_group(dst);
                         // Everything fits, so `src` is empty now.
                         debug_assert_eq!(inner.meta(src).inuse, 0);
@@ -825,28 +835,64 @@ impl Pool {
     }
 }
 
+/// Steps of compaction per hold of a class lock.
+const COMPACT_BATCH: usize = 32;
+
+/// The objects of each zspage of a class shard, as lists of handle slots threaded through
+/// `next`, from one pass over its handle table: objects need not carry their handle
+/// (`Header::Omitted`), and one pass serves many migrations. Kept right by [`migrate`] while
+/// the class lock is held.
+struct ObjectIndex {
+    /// Per zspage id: its first slot, or `NIL`.
+    first: Vec<u32>,
+    /// Per handle slot: the next slot of the same zspage, or `NIL`.
+    next: Vec<u32>,
+}
+
+const NIL: u32 = u32::MAX;
+
+impl ObjectIndex {
+    fn of(inner: &ClassInner) -> Self {
+        let mut index = Self {
+            first: vec![NIL; inner.zspages.len()],
+            next: vec![NIL; inner.handles.slots()],
+        };
+        for (slot, _, loc) in inner.handles.iter_live() {
+            index.push(loc.zspage, slot);
+        }
+        index
+    }
+
+    fn push(&mut self, zspage: u32, slot: u32) {
+        self.next[slot as usize] = self.first[zspage as usize];
+        self.first[zspage as usize] = slot;
+    }
+}
+
 /// Moves objects from `src` into `dst` until `src` is empty or `dst` is full, re-pointing
-/// their handles (the kernel's `migrate_zspage`). The objects of `src` and their handle
-/// slots are found through the class's handle table, so objects need not carry their
-/// handle; an in-object header moves with the object's bytes and stays right, since the
-/// handle does not change.
-fn migrate(inner: &mut ClassInner, geom: &ClassGeometry, src_id: u32, dst_id: u32) {
+/// their handles (the kernel's `migrate_zspage`). An in-object header moves with the
+/// object's bytes and stays right, since the handle does not change.
+fn migrate(
+    inner: &mut ClassInner,
+    geom: &ClassGeometry,
+    src_id: u32,
+    dst_id: u32,
+    index: &mut ObjectIndex,
+) {
     let huge = geom.is_huge();
     let size = geom.size;
-    let mut objects: Vec<(u16, u32)> = inner
-        .handles
-        .iter_live()
-        .filter(|(_, _, loc)| loc.zspage == src_id)
-        .map(|(slot, _, loc)| (loc.obj, slot))
-        .collect();
-    objects.sort_unstable();
+    let mut cur = std::mem::replace(&mut index.first[src_id as usize], NIL);
     // Take both zspages out of the class to borrow them side by side; put them back after.
     let mut src = take(inner, src_id);
     let mut dst = take(inner, dst_id);
-    for (obj, slot) in objects {
+    while cur != NIL {
+        let slot = cur;
+        cur = index.next[slot as usize];
         if dst.inuse == dst.objs {
-            break;
+            index.push(src_id, slot);
+            continue;
         }
+        let obj = inner.handles.location(slot).obj;
         let new_obj = dst.take_free(size, huge);
         let (from, to) = (obj as usize * size, new_obj as usize * size);
         dst.run.bytes_mut()[to..to + size].copy_from_slice(&src.run.bytes()[from..from + size]);
@@ -861,6 +907,7 @@ fn migrate(inner: &mut ClassInner, geom: &ClassGeometry, src_id: u32, dst_id: u3
             },
         );
         src.put_free(size, huge, obj);
+        index.push(dst_id, slot);
     }
     inner.zspages[src_id as usize] = Some(src);
     inner.zspages[dst_id as usize] = Some(dst);
