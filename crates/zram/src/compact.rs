@@ -13,7 +13,8 @@ use zsmalloc::Pool;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AutoCompact {
     /// Compact when at least this many pages are freeable (whole zspages, as the kernel
-    /// counts them, plus what shortening partly used zspages would give back)…
+    /// counts them; once the pool stops growing, or what shortening partly used zspages
+    /// would give back where that is more)…
     pub min_pages: usize,
     /// …and they are at least this many thousandths of the pool's pages.
     pub per_mille: usize,
@@ -32,10 +33,16 @@ impl Default for AutoCompact {
 }
 
 impl AutoCompact {
-    /// Would this policy compact `pool` now?
-    pub fn due(&self, pool: &Pool) -> bool {
-        let freeable = pool.freeable_pages() + pool.shortenable_pages();
-        freeable >= self.min_pages && freeable * 1000 >= pool.total_pages() * self.per_mille
+    /// Would this policy compact `pool` now? `quiet`: the pool has not grown since the last
+    /// look. Only then does what shortening partly used zspages would free count: a pool
+    /// still filling has a partly used zspage per class that the next writes fill anyway.
+    pub fn due(&self, pool: &Pool, quiet: bool) -> bool {
+        let pages = if quiet {
+            pool.compactable_pages()
+        } else {
+            pool.freeable_pages()
+        };
+        pages >= self.min_pages && pages * 1000 >= pool.total_pages() * self.per_mille
     }
 }
 
@@ -74,6 +81,7 @@ impl Compactor {
 
 fn run(pool: &Pool, policy: AutoCompact, signal: &(Mutex<Signal>, Condvar)) {
     let (m, cv) = signal;
+    let mut last_total = usize::MAX;
     loop {
         {
             let mut s = m.lock();
@@ -85,8 +93,12 @@ fn run(pool: &Pool, policy: AutoCompact, signal: &(Mutex<Signal>, Condvar)) {
             }
             s.nudged = false;
         }
-        if policy.due(pool) {
+        let total = pool.total_pages();
+        let quiet = total <= last_total;
+        last_total = total;
+        if policy.due(pool, quiet) {
             pool.compact();
+            last_total = pool.total_pages();
         }
     }
 }
@@ -99,5 +111,50 @@ impl Drop for Compactor {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zsmalloc::PoolConfig;
+
+    #[test]
+    fn shortening_counts_only_once_the_pool_is_quiet() {
+        let pool = Pool::with_config(PoolConfig {
+            shards: 1,
+            ..PoolConfig::default()
+        })
+        .unwrap();
+        // Three objects of a class with long zspages: one partly used zspage, nothing the
+        // kernel's compaction could free, several pages shortening could.
+        let class = *pool
+            .classes()
+            .classes()
+            .iter()
+            .find(|c| c.pages_per_zspage >= 4 && c.size >= 400)
+            .unwrap();
+        let handles: Vec<_> = (0..3)
+            .map(|_| pool.malloc(class.capacity()).unwrap())
+            .collect();
+        assert_eq!(pool.freeable_pages(), 0);
+        assert!(pool.shortenable_pages() >= 2);
+        assert_eq!(pool.compactable_pages(), pool.shortenable_pages());
+        let policy = AutoCompact {
+            min_pages: 1,
+            per_mille: 1,
+            interval: Duration::from_millis(250),
+        };
+        assert!(
+            !policy.due(&pool, false),
+            "a growing pool is left to fill its zspage"
+        );
+        assert!(policy.due(&pool, true));
+        assert!(pool.compact() >= 2);
+        assert!(!policy.due(&pool, true));
+        for h in handles {
+            pool.free(h).unwrap();
+        }
+        assert_eq!(pool.total_pages(), 0);
     }
 }

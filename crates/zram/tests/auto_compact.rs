@@ -62,7 +62,7 @@ fn fill_and_discard(zram: &Zram) -> Vec<usize> {
 }
 
 fn above_threshold(zram: &Zram, policy: AutoCompact) -> bool {
-    policy.due(zram.pool())
+    policy.due(zram.pool(), true)
 }
 
 fn check_survivors(zram: &Zram, kept: &[usize]) {

@@ -110,6 +110,9 @@ struct ClassInner {
     /// Objects all the zspages hold, and their pages (short zspages hold fewer).
     capacity: usize,
     pages: usize,
+    /// Bumped by every malloc and free: compaction keeps its object index across lock
+    /// holds while nothing else changed the class.
+    epoch: u64,
 }
 
 impl ClassInner {
@@ -122,6 +125,7 @@ impl ClassInner {
             zspage_count: 0,
             capacity: 0,
             pages: 0,
+            epoch: 0,
         }
     }
 
@@ -342,9 +346,16 @@ impl Pool {
             Ok(sg) => sg,
             Err(e) => {
                 inner.meta_mut(id).put_free(geom.size, huge, obj);
+                // A zspage made for this object alone must not stay behind empty.
+                if inner.meta(id).inuse == 0 {
+                    let run = inner.remove_zspage(id);
+                    drop(inner);
+                    self.release(run);
+                }
                 return Err(e);
             }
         };
+        inner.epoch += 1;
         let handle = Handle::encode(pos, generation, slot);
         let meta = inner.meta_mut(id);
         if huge {
@@ -421,6 +432,7 @@ impl Pool {
         let released = {
             let mut inner = class.inner.lock();
             let loc = inner.handles.free(handle, slot, generation)?;
+            inner.epoch += 1;
             let meta = inner.meta_mut(loc.zspage);
             if meta.inuse == 1 {
                 meta.inuse = 0;
@@ -472,13 +484,22 @@ impl Pool {
         let mut steps = 2 * class.inner.lock().zspage_count + 1;
         let mut released = Vec::new();
         let mut done = false;
+        // The object index: one pass over the handle table, kept across lock holds while
+        // no malloc or free changed the class (`epoch`).
+        let mut index: Option<(u64, ObjectIndex)> = None;
         while !done {
             {
-                // Up to `COMPACT_BATCH` steps per hold of the class lock, with one pass over
-                // the handle table to find every zspage's objects.
                 let mut inner = class.inner.lock();
-                let mut index = None;
-                for _ in 0..COMPACT_BATCH {
+                if index
+                    .as_ref()
+                    .is_some_and(|(epoch, _)| *epoch != inner.epoch)
+                {
+                    index = None;
+                }
+                // Steps per hold of the class lock: enough that a rebuilt index (a pass
+                // over the handle table) costs at most ~1024 entries per step.
+                let batch = COMPACT_BATCH.max(inner.handles.slots() / 1024);
+                for _ in 0..batch {
                     // Beyond the kernel, which stops once no whole zspage can be freed: go
                     // on until one partly used zspage is left, which `shorten_partial` fits.
                     let picked = inner
@@ -489,7 +510,8 @@ impl Pool {
                         break;
                     };
                     steps -= 1;
-                    let index = index.get_or_insert_with(|| ObjectIndex::of(&inner));
+                    let (_, index) =
+                        index.get_or_insert_with(|| (inner.epoch, ObjectIndex::of(&inner)));
                     migrate(&mut inner, &geom, src, dst, index);
                     inner.fix_group(dst);
                     if inner.meta(src).inuse == 0 {
@@ -582,19 +604,32 @@ impl Pool {
     pub fn shortenable_pages(&self) -> usize {
         self.classes
             .iter()
+            .map(|c| Self::shortenable(&c.geom, &c.inner.lock()))
+            .sum()
+    }
+
+    /// Pages `compact` could give back right now, about: per class shard, the larger of
+    /// what the kernel's compaction frees and what shortening would (both count the same
+    /// free room, so their sum would count it twice).
+    pub fn compactable_pages(&self) -> usize {
+        self.classes
+            .iter()
             .map(|c| {
-                let size = c.geom.size;
                 let inner = c.inner.lock();
-                inner
-                    .zspages
-                    .iter()
-                    .flatten()
-                    .filter(|m| m.inuse > 0 && m.inuse < m.objs)
-                    .map(|m| {
-                        let need = (m.inuse as usize * size).div_ceil(crate::PAGE_SIZE);
-                        m.run.pages().saturating_sub(need)
-                    })
-                    .sum::<usize>()
+                Self::freeable(&c.geom, &inner).max(Self::shortenable(&c.geom, &inner))
+            })
+            .sum()
+    }
+
+    fn shortenable(geom: &ClassGeometry, inner: &ClassInner) -> usize {
+        inner
+            .zspages
+            .iter()
+            .flatten()
+            .filter(|m| m.inuse > 0 && m.inuse < m.objs)
+            .map(|m| {
+                let need = (m.inuse as usize * geom.size).div_ceil(crate::PAGE_SIZE);
+                m.run.pages().saturating_sub(need)
             })
             .sum()
     }
@@ -689,7 +724,7 @@ impl Pool {
 
     /// Checks the pool's identities; returns a description of the first one broken.
     ///
-    /// Per zspage: `inuse + free + never-used == objs_per_zspage`, its fullness group and
+    /// Per zspage: `inuse + free + never-used == objs` (its own), its fullness group and
     /// list position are right, every allocated object's header names a live handle that
     /// points back at it. Per class: live handles == objects in use. Per pool: pages in
     /// zspages == `total_pages()` == pages the page source has handed out.

@@ -37,7 +37,7 @@ pub(crate) struct ZsPage {
     pub inuse: u16,
     /// First free (linked) object, or [`NO_OBJ`].
     pub free_head: u16,
-    /// Objects `fresh..objs_per_zspage` were never used.
+    /// Objects `fresh..objs` were never used.
     pub fresh: u16,
     /// Current fullness group.
     pub group: u8,

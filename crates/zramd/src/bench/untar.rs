@@ -137,7 +137,7 @@ impl Side for Ours {
         };
         let start = Instant::now();
         let policy = zram::compact::AutoCompact::default();
-        while start.elapsed() < Duration::from_secs(5) && policy.due(dev.pool()) {
+        while start.elapsed() < Duration::from_secs(5) && policy.due(dev.pool(), true) {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
