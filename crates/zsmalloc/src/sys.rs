@@ -98,8 +98,8 @@ struct SourceInner {
     arenas: Vec<Arena>,
     /// Pages already carved from the last arena.
     bump: usize,
-    /// Released runs (no memory behind them) by length in pages, as addresses.
-    free: [Vec<usize>; MAX_RUN + 1],
+    /// Released runs (no memory behind them), coalesced.
+    free: FreeRuns,
     /// Resident free runs kept for immediate reuse, by length in pages.
     cache: [Vec<usize>; MAX_RUN + 1],
     /// Pages in `cache`.
@@ -149,7 +149,7 @@ impl PageSource {
                 inner.cached_pages -= pages;
                 resident = true;
                 addr
-            } else if let Some(addr) = take_run(&mut inner.free, pages) {
+            } else if let Some(addr) = inner.take_free(pages) {
                 addr
             } else {
                 if inner.arenas.is_empty() || inner.bump + pages > ARENA_PAGES {
@@ -210,7 +210,7 @@ impl PageSource {
         }
         let mut inner = self.inner.lock();
         for (addr, pages) in runs {
-            inner.free[pages].push(addr);
+            inner.free_run(addr, pages);
         }
         inner.pages_released += released as u64;
         released
@@ -229,13 +229,85 @@ impl PageSource {
         }
         dont_need(addr, pages);
         let mut inner = self.inner.lock();
-        inner.free[pages].push(addr);
+        inner.free_run(addr, pages);
         inner.pages_released += pages as u64;
     }
 
     /// Pages given back to the OS so far (released runs and trimmed cache).
     pub fn pages_released(&self) -> u64 {
         self.inner.lock().pages_released
+    }
+}
+
+impl SourceInner {
+    /// Lists a released run.
+    fn free_run(&mut self, addr: usize, pages: usize) {
+        self.free.lists[pages].push(addr);
+        self.free.merged = false;
+    }
+
+    /// A released run of `pages`: an exact fit, else split from the shortest longer run;
+    /// failing both, once per batch of frees, free neighbours are merged and it tries again.
+    fn take_free(&mut self, pages: usize) -> Option<usize> {
+        if let Some(addr) = take_run(&mut self.free.lists, pages) {
+            return Some(addr);
+        }
+        if self.free.merged {
+            return None;
+        }
+        let arenas: Vec<(usize, usize)> = self
+            .arenas
+            .iter()
+            .map(|a| (a.base.as_ptr() as usize, a.base.as_ptr() as usize + a.len))
+            .collect();
+        self.free.merge(&arenas);
+        take_run(&mut self.free.lists, pages)
+    }
+}
+
+/// Released runs by length (up to [`MAX_RUN`] pages), as addresses. Splitting long runs
+/// for short zspages leaves short ones behind; when no listed run fits a request, free
+/// neighbours of one arena are merged (runs longer than `MAX_RUN` are listed in pieces), so
+/// the address space is not fragmented for good.
+#[derive(Debug, Default)]
+struct FreeRuns {
+    lists: [Vec<usize>; MAX_RUN + 1],
+    /// No run was freed since the last merge.
+    merged: bool,
+}
+
+impl FreeRuns {
+    fn merge(&mut self, arenas: &[(usize, usize)]) {
+        let mut runs: Vec<(usize, usize)> = Vec::new();
+        for (pages, list) in self.lists.iter_mut().enumerate() {
+            runs.extend(list.drain(..).map(|addr| (addr, pages)));
+        }
+        runs.sort_unstable();
+        let same_arena = |a: usize, b: usize| {
+            arenas
+                .iter()
+                .any(|&(start, end)| (start..end).contains(&a) && (start..end).contains(&b))
+        };
+        let mut merged: Vec<(usize, usize)> = Vec::with_capacity(runs.len());
+        for (addr, pages) in runs {
+            match merged.last_mut() {
+                Some((start, len))
+                    if *start + *len * PAGE_SIZE == addr && same_arena(*start, addr) =>
+                {
+                    *len += pages;
+                }
+                _ => merged.push((addr, pages)),
+            }
+        }
+        for (mut addr, mut pages) in merged {
+            while pages > 0 {
+                let piece = pages.min(MAX_RUN);
+                self.lists[piece].push(addr);
+                addr += piece * PAGE_SIZE;
+                pages -= piece;
+            }
+        }
+        self.merged = true;
     }
 }
 
@@ -379,5 +451,37 @@ mod tests {
         drop(again);
         assert_eq!(src.trim(), 2);
         assert_eq!(src.cached_pages(), 0);
+    }
+
+    #[test]
+    fn released_neighbours_merge_and_serve_longer_runs() {
+        let src = PageSource::new(true, 0);
+        let runs: Vec<PageRun> = (0..3).map(|_| src.alloc(8).unwrap()).collect();
+        let first = runs[0].bytes().as_ptr() as usize;
+        let reserved = src.reserved_bytes();
+        // Freed in an order that merges from both sides.
+        let mut runs = runs.into_iter();
+        let (a, b, c) = (
+            runs.next().unwrap(),
+            runs.next().unwrap(),
+            runs.next().unwrap(),
+        );
+        drop(c);
+        drop(a);
+        drop(b);
+        // One 24-page run: a 16-page request fits at its start, with no new address space.
+        let long = src.alloc(16).unwrap();
+        assert_eq!(long.bytes().as_ptr() as usize, first);
+        // Short runs split off the tail, and merge back when freed.
+        let short = src.alloc(3).unwrap();
+        assert_eq!(short.bytes().as_ptr() as usize, first + 16 * PAGE_SIZE);
+        drop(short);
+        drop(long);
+        let whole = src.alloc(16).unwrap();
+        let rest = src.alloc(8).unwrap();
+        assert_eq!(whole.bytes().as_ptr() as usize, first);
+        assert_eq!(rest.bytes().as_ptr() as usize, first + 16 * PAGE_SIZE);
+        assert_eq!(src.reserved_bytes(), reserved, "no new arena");
+        assert_eq!(src.pages_live(), 24);
     }
 }
