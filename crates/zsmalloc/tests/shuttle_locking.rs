@@ -10,10 +10,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use shuttle::thread;
+use zsmalloc::class::Header;
 use zsmalloc::{Handle, Pool, PoolConfig};
 
-/// With chain 4, 2700-byte objects live in class 168 (2720 bytes): 3 objects per 2 pages,
-/// so a handful of objects spread over several zspages and compaction has work to do.
+/// With chain 4, 2700-byte objects (2708 without the header) live in class 168 (2720 bytes):
+/// 3 objects per 2 pages, so a handful of objects spread over several zspages, compaction has
+/// work to do, and a zspage left with one object can be shortened to one page.
 const BIG: usize = 2700;
 const SMALL: usize = 40;
 
@@ -34,24 +36,35 @@ fn check(pool: &Pool, h: Handle, want: &[u8]) {
 }
 
 fn scenario() {
+    scenario_with(Header::Handle);
+}
+
+/// Objects without the handle header: 8 bytes more of caller data land in the same class.
+fn scenario_omitted() {
+    scenario_with(Header::Omitted);
+}
+
+fn scenario_with(header: Header) {
+    let big = BIG + 8 - header.bytes();
     let pool = Arc::new(
         Pool::with_config(PoolConfig {
             chain_size: 4,
             populate: false,
             shards: 1,
+            header,
             ..PoolConfig::default()
         })
         .unwrap(),
     );
-    let class = pool.lookup_class(BIG).unwrap();
+    let class = pool.lookup_class(big).unwrap();
     assert_eq!((class.pages_per_zspage, class.objs_per_zspage), (2, 3));
 
     // Nine objects in three zspages; free four so that two zspages hold one object each:
     // compaction can then move one object and free a zspage.
     let mut objs: Vec<(Handle, Vec<u8>)> = (0..9)
         .map(|_| {
-            let h = pool.malloc(BIG).unwrap();
-            let data = fill(h, 0, BIG);
+            let h = pool.malloc(big).unwrap();
+            let data = fill(h, 0, big);
             pool.write(h, &data).unwrap();
             (h, data)
         })
@@ -78,11 +91,11 @@ fn scenario() {
         let shared = Arc::clone(&shared);
         thread::spawn(move || {
             check(&pool, a.0, &a.1);
-            let a2 = fill(a.0, 1, BIG);
+            let a2 = fill(a.0, 1, big);
             pool.write(a.0, &a2).unwrap();
             check(&pool, shared[0].0, &shared[0].1);
-            let h = pool.malloc(BIG).unwrap();
-            let data = fill(h, 2, BIG);
+            let h = pool.malloc(big).unwrap();
+            let data = fill(h, 2, big);
             pool.write(h, &data).unwrap();
             check(&pool, a.0, &a2);
             check(&pool, b.0, &b.1);
@@ -102,7 +115,7 @@ fn scenario() {
             pool.write(h, &data).unwrap();
             check(&pool, shared[1].0, &shared[1].1);
             assert!(
-                pool.with_object(shared[0].0, BIG, |bytes| bytes == &shared[0].1[..])
+                pool.with_object(shared[0].0, big, |bytes| bytes == &shared[0].1[..])
                     .unwrap()
             );
             check(&pool, h, &data);
@@ -136,17 +149,19 @@ fn scenario() {
     assert_eq!(pool.total_pages(), 0);
 }
 
-/// Both strategies in one test, so that the counters see only this scenario.
+/// Both strategies, and both object layouts, in one test, so that the counters see only this
+/// scenario.
 #[test]
 fn malloc_write_read_free_race_compaction() {
     shuttle::check_random(scenario, 20_000);
     shuttle::check_pct(scenario, 20_000, 3);
+    shuttle::check_random(scenario_omitted, 10_000);
     let (runs, compacted) = (
         RUNS.load(Ordering::Relaxed),
         COMPACTED.load(Ordering::Relaxed),
     );
     println!("{runs} schedules, compaction moved objects in {compacted}");
-    assert_eq!(runs, 40_000);
+    assert_eq!(runs, 50_000);
     assert!(compacted > 0, "compaction never had work to do");
 }
 
