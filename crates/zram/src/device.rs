@@ -9,22 +9,21 @@
 //! read, modified and written back under the slot's lock, so the last write to a page always
 //! wins whole.
 //!
-//! With a `unit_size` larger than a page (beyond the kernel, opt-in), each aligned unit is
-//! compressed as one stream instead and the slot table has one entry per unit: see
-//! [`crate::unit`]. The default, 4 KiB, is the page-at-a-time path in this file.
+//! The storage itself is in [`crate::unit`], which works per *unit*: a page by default (the
+//! kernel's model, as above), or with a `unit_size` larger than a page (beyond the kernel,
+//! opt-in) an aligned run of pages compressed as one stream, with one slot per unit.
 
-use std::cell::RefCell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
-use zsmalloc::{Handle, Pool, PoolConfig};
+use zsmalloc::{Pool, PoolConfig};
 
 use crate::PAGE_SIZE;
 use crate::comp::{Algorithm, AlgorithmParams, CodecPool};
 use crate::compact::{AutoCompact, Compactor};
 use crate::error::{Error, Result};
-use crate::slot::{Flags, SlotEntry, SlotGuard, SlotTable};
+use crate::slot::{SlotEntry, SlotTable};
 use crate::stats::{Counters, IoStat, MmStat, format_debug_stat};
 
 /// How a device is set up.
@@ -92,14 +91,6 @@ pub struct Zram {
     pages_compacted_base: AtomicU64,
     start: Instant,
     compactor: Option<Compactor>,
-}
-
-thread_local! {
-    /// Per-thread scratch for compressed bytes (the kernel's per-CPU stream buffer).
-    static SCRATCH: RefCell<Vec<u8>> = RefCell::new(Vec::with_capacity(2 * PAGE_SIZE));
-    /// Per-thread page for partial-page read-modify-write and for compressed bytes being
-    /// decompressed.
-    static PAGE: RefCell<Box<[u8; PAGE_SIZE]>> = RefCell::new(Box::new([0; PAGE_SIZE]));
 }
 
 /// The fill word of a same-filled page (or unit), if it is one.
@@ -186,11 +177,6 @@ impl Zram {
         self.unit_size
     }
 
-    /// Is this the kernel's page-at-a-time device (`unit_size` of one page)?
-    fn paged(&self) -> bool {
-        self.unit_size == PAGE_SIZE
-    }
-
     /// The allocator underneath.
     pub fn pool(&self) -> &Pool {
         &self.pool
@@ -216,69 +202,20 @@ impl Zram {
         u32::try_from(self.start.elapsed().as_secs()).unwrap_or(u32::MAX)
     }
 
-    /// Calls `f(page index, offset in page, byte range in the request)` for every page a
-    /// request of `len` bytes at `offset` touches.
-    fn for_pages(
-        offset: u64,
-        len: usize,
-        mut f: impl FnMut(usize, usize, std::ops::Range<usize>) -> Result<()>,
-    ) -> Result<()> {
-        let mut done = 0;
-        while done < len {
-            let pos = offset + done as u64;
-            let index = (pos / PAGE_SIZE as u64) as usize;
-            let in_page = (pos % PAGE_SIZE as u64) as usize;
-            let n = (PAGE_SIZE - in_page).min(len - done);
-            f(index, in_page, done..done + n)?;
-            done += n;
-        }
-        Ok(())
-    }
-
     /// Reads `buf.len()` bytes at `offset`.
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.check_range(offset, buf.len() as u64)?;
         Counters::add(&self.counters.num_reads, 1);
-        if !self.paged() {
-            return self
-                .read_units(offset, buf)
-                .inspect_err(|_| Counters::add(&self.counters.failed_reads, 1));
-        }
-        Self::for_pages(offset, buf.len(), |index, in_page, range| {
-            let g = self.table.lock(index);
-            if range.len() == PAGE_SIZE {
-                self.read_slot(&g, &mut buf[range])
-            } else {
-                let mut page = [0u8; PAGE_SIZE];
-                self.read_slot(&g, &mut page)?;
-                buf[range.clone()].copy_from_slice(&page[in_page..in_page + range.len()]);
-                Ok(())
-            }
-        })
-        .inspect_err(|_| Counters::add(&self.counters.failed_reads, 1))
+        self.read_units(offset, buf)
+            .inspect_err(|_| Counters::add(&self.counters.failed_reads, 1))
     }
 
     /// Writes `data` at `offset`.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
         self.check_range(offset, data.len() as u64)?;
         Counters::add(&self.counters.num_writes, 1);
-        if !self.paged() {
-            return self
-                .write_units(offset, data)
-                .inspect_err(|_| Counters::add(&self.counters.failed_writes, 1));
-        }
-        Self::for_pages(offset, data.len(), |index, in_page, range| {
-            let mut g = self.table.lock(index);
-            if range.len() == PAGE_SIZE {
-                self.store(&mut g, &data[range])
-            } else {
-                let mut page = [0u8; PAGE_SIZE];
-                self.read_slot(&g, &mut page)?;
-                page[in_page..in_page + range.len()].copy_from_slice(&data[range]);
-                self.store(&mut g, &page)
-            }
-        })
-        .inspect_err(|_| Counters::add(&self.counters.failed_writes, 1))
+        self.write_units(offset, data)
+            .inspect_err(|_| Counters::add(&self.counters.failed_writes, 1))
     }
 
     /// Frees the whole pages inside the range (the kernel's discard: partial pages at the
@@ -287,53 +224,19 @@ impl Zram {
     /// part of other units is zeroed.
     pub fn discard(&self, offset: u64, len: u64) -> Result<()> {
         self.check_range(offset, len)?;
-        if !self.paged() {
-            self.discard_units(offset, len)?;
-            if let Some(c) = &self.compactor {
-                c.nudge();
-            }
-            return Ok(());
-        }
-        let first = offset.div_ceil(PAGE_SIZE as u64);
-        let end = (offset + len) / PAGE_SIZE as u64;
-        for index in first..end {
-            let mut g = self.table.lock(index as usize);
-            self.free_slot(&mut g);
-            Counters::add(&self.counters.notify_free, 1);
-        }
+        self.discard_units(offset, len)?;
         if let Some(c) = &self.compactor {
             c.nudge();
         }
         Ok(())
     }
 
-    /// Makes the range read back as zeroes: whole pages are freed (they cost no object),
-    /// partial pages are rewritten.
+    /// Makes the range read back as zeroes: whole units are freed (they cost no object),
+    /// partial ones are rewritten (and freed if that leaves them all zero).
     pub fn write_zeroes(&self, offset: u64, len: u64) -> Result<()> {
         self.check_range(offset, len)?;
         let len = usize::try_from(len).map_err(|_| Error::InvalidSize(len.to_string()))?;
-        if !self.paged() {
-            self.zero_units(offset, len)?;
-            if let Some(c) = &self.compactor {
-                c.nudge();
-            }
-            return Ok(());
-        }
-        Self::for_pages(offset, len, |index, in_page, range| {
-            let mut g = self.table.lock(index);
-            if range.len() == PAGE_SIZE {
-                self.free_slot(&mut g);
-                // The kernel serves REQ_OP_WRITE_ZEROES with its discard path, which
-                // counts every whole page in notify_free.
-                Counters::add(&self.counters.notify_free, 1);
-                Ok(())
-            } else {
-                let mut page = [0u8; PAGE_SIZE];
-                self.read_slot(&g, &mut page)?;
-                page[in_page..in_page + range.len()].fill(0);
-                self.store(&mut g, &page)
-            }
-        })?;
+        self.zero_units(offset, len)?;
         if let Some(c) = &self.compactor {
             c.nudge();
         }
@@ -350,111 +253,12 @@ impl Zram {
     pub fn reset(&self) {
         for index in 0..self.table.len() {
             let mut g = self.table.lock(index);
-            if self.paged() {
-                self.free_slot(&mut g);
-            } else {
-                self.free_unit(&mut g);
-            }
+            self.free_unit(&mut g);
         }
         self.counters.clear();
         self.pages_compacted_base
             .store(self.pool.pages_compacted(), Relaxed);
         self.pool.trim();
-    }
-
-    /// Reads a slot into a whole page.
-    fn read_slot(&self, g: &SlotGuard<'_>, out: &mut [u8]) -> Result<()> {
-        let e = g.get();
-        if e.flags.contains(Flags::SAME) {
-            fill(out, e.handle);
-            return Ok(());
-        }
-        if e.len == 0 {
-            out.fill(0);
-            return Ok(());
-        }
-        let handle = Handle::from_raw(e.handle);
-        if e.len == PAGE_SIZE {
-            return Ok(self.pool.read(handle, out)?);
-        }
-        PAGE.with(|page| {
-            let compressed = &mut page.borrow_mut()[..e.len];
-            self.pool.read(handle, compressed)?;
-            self.codecs.with(|c| c.decompress(compressed, out))?
-        })
-    }
-
-    /// Stores a whole page into a locked slot.
-    fn store(&self, g: &mut SlotGuard<'_>, page: &[u8]) -> Result<()> {
-        let now = self.now();
-        if let Some(word) = same_filled(page) {
-            self.free_slot(g);
-            g.set(SlotEntry {
-                handle: word,
-                flags: Flags::SAME,
-                ac_time: now,
-                ..SlotEntry::default()
-            });
-            Counters::add(&self.counters.same_pages, 1);
-            Counters::add(&self.counters.pages_stored, 1);
-            return Ok(());
-        }
-        SCRATCH.with(|scratch| {
-            let mut buf = scratch.borrow_mut();
-            let comp_len = self.codecs.with(|c| c.compress(page, &mut buf))??;
-            let (data, huge) = if comp_len >= self.huge_class_size {
-                (page, true)
-            } else {
-                (&buf[..comp_len], false)
-            };
-            let handle = self.pool.malloc(data.len())?;
-            let used = self.pool.total_pages() as u64;
-            self.counters.max_used_pages.fetch_max(used, Relaxed);
-            let limit = self.limit_pages.load(Relaxed);
-            if limit != 0 && used > limit {
-                self.pool.free(handle)?;
-                return Err(Error::MemLimit {
-                    limit: limit * PAGE_SIZE as u64,
-                });
-            }
-            self.pool.write(handle, data)?;
-            self.free_slot(g);
-            g.set(SlotEntry {
-                handle: handle.to_raw(),
-                len: data.len(),
-                flags: if huge { Flags::HUGE } else { Flags::default() },
-                prio: 0,
-                ac_time: now,
-            });
-            Counters::add(&self.counters.compr_data_size, data.len() as u64);
-            Counters::add(&self.counters.pages_stored, 1);
-            if huge {
-                Counters::add(&self.counters.huge_pages, 1);
-                Counters::add(&self.counters.huge_pages_since, 1);
-            }
-            Ok(())
-        })
-    }
-
-    /// Empties a locked slot (the kernel's `zram_free_page`).
-    fn free_slot(&self, g: &mut SlotGuard<'_>) {
-        let e = g.get();
-        if e.flags.contains(Flags::SAME) {
-            Counters::sub(&self.counters.same_pages, 1);
-            Counters::sub(&self.counters.pages_stored, 1);
-        } else if e.len != 0 {
-            // The handle came from this pool and the slot lock keeps it live: a failure here
-            // would be a bug in the table, and the object is unreachable either way.
-            let _ = self.pool.free(Handle::from_raw(e.handle));
-            Counters::sub(&self.counters.compr_data_size, e.len as u64);
-            Counters::sub(&self.counters.pages_stored, 1);
-            if e.flags.contains(Flags::HUGE) {
-                Counters::sub(&self.counters.huge_pages, 1);
-            }
-        }
-        if e != SlotEntry::default() {
-            g.set(SlotEntry::default());
-        }
     }
 
     /// Sets `mem_limit` in bytes (0 = none).

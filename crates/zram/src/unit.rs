@@ -1,5 +1,7 @@
-//! Compression units larger than a page (beyond the kernel; opt-in with
-//! [`ZramConfig::unit_size`](crate::ZramConfig::unit_size)).
+//! The device's storage, per *unit*: a page by default (the kernel's model: with
+//! `unit_size` 4 KiB every rule below is the kernel's per-page rule), or, beyond the kernel
+//! and opt-in with [`ZramConfig::unit_size`](crate::ZramConfig::unit_size), an aligned run
+//! of pages compressed as one stream.
 //!
 //! The kernel compresses each 4 KiB page alone, so any page can be read without touching
 //! its neighbours. Compressors find more to reuse in a longer window: zstd -3 packs a Linux
@@ -24,7 +26,7 @@
 //! links cost 8 bytes per 4088 of stream (0.2%), counted in `mem_used_total` like
 //! zsmalloc's own object headers, not in per-unit metadata.
 //!
-//! # Rules (as the page path's, per unit)
+//! # Rules (the kernel's per-page rules, per unit)
 //!
 //! - A write covering a whole unit compresses the caller's bytes directly; a partial write
 //!   reads the unit (decompressing it into a per-thread scratch buffer), patches it and
@@ -32,7 +34,7 @@
 //! - Storing allocates the new chain, checks `mem_limit` after every allocation (over it:
 //!   the new objects are freed, the unit keeps its old data, `Error::MemLimit`), writes it,
 //!   and only then frees the old chain. A unit of equal 8-byte words is stored `SAME`.
-//! - Discard frees the whole pages inside its range, as the page path does: whole units in
+//! - Discard frees the whole pages inside its range, as the kernel does: whole units in
 //!   it are freed; where the range covers only part of a unit, those pages of the unit are
 //!   zeroed. Write-zeroes frees whole units and zeroes the exact range of others. A unit
 //!   that these leave all zero is freed (not stored as a same-filled unit).
@@ -324,6 +326,17 @@ impl Zram {
     /// failure (the allocator, or `mem_limit`) every piece allocated is freed again.
     fn write_chain(&self, stream: &[u8]) -> Result<u64> {
         let k = links(stream.len());
+        if k == 0 {
+            // One object (every page, and small units): no list of pieces to keep.
+            let handle = self.alloc_piece(stream.len())?;
+            return match self.pool.write(handle, stream) {
+                Ok(()) => Ok(handle.to_raw()),
+                Err(e) => {
+                    let _ = self.pool.free(handle);
+                    Err(e.into())
+                }
+            };
+        }
         let mut handles: Vec<Handle> = Vec::with_capacity(k + 1);
         let result = self
             .alloc_pieces(stream.len(), &mut handles)
@@ -346,8 +359,7 @@ impl Zram {
         result
     }
 
-    /// Allocates the pieces for a stream of `len` bytes into `handles`, checking
-    /// `mem_limit` after each.
+    /// Allocates the pieces for a stream of `len` bytes into `handles`.
     fn alloc_pieces(&self, len: usize, handles: &mut Vec<Handle>) -> Result<()> {
         let k = links(len);
         for i in 0..=k {
@@ -356,17 +368,24 @@ impl Zram {
             } else {
                 len - k * PIECE_DATA
             };
-            handles.push(self.pool.malloc(size)?);
-            let used = self.pool.total_pages() as u64;
-            self.counters.max_used_pages.fetch_max(used, Relaxed);
-            let limit = self.limit_pages.load(Relaxed);
-            if limit != 0 && used > limit {
-                return Err(Error::MemLimit {
-                    limit: limit * PAGE_SIZE as u64,
-                });
-            }
+            handles.push(self.alloc_piece(size)?);
         }
         Ok(())
+    }
+
+    /// Allocates one object, then checks `mem_limit` (over it, the object is freed again).
+    fn alloc_piece(&self, size: usize) -> Result<Handle> {
+        let handle = self.pool.malloc(size)?;
+        let used = self.pool.total_pages() as u64;
+        self.counters.max_used_pages.fetch_max(used, Relaxed);
+        let limit = self.limit_pages.load(Relaxed);
+        if limit != 0 && used > limit {
+            let _ = self.pool.free(handle);
+            return Err(Error::MemLimit {
+                limit: limit * PAGE_SIZE as u64,
+            });
+        }
+        Ok(handle)
     }
 
     /// Gathers the chain starting at `head` into `out` (the stream's length).
