@@ -358,9 +358,7 @@ impl Pool {
         inner.epoch += 1;
         let handle = Handle::encode(pos, generation, slot);
         let meta = inner.meta_mut(id);
-        if huge {
-            meta.huge_slot = slot;
-        } else if geom.header > 0 {
+        if geom.header > 0 {
             set_header(
                 meta.run.bytes_mut(),
                 geom.size,
@@ -540,7 +538,6 @@ impl Pool {
         if geom.pages_per_zspage == 1 {
             return 0;
         }
-        let pages_for = |inuse: usize| (inuse * geom.size).div_ceil(crate::PAGE_SIZE);
         let candidates: Vec<u32> = {
             let inner = class.inner.lock();
             (GROUP_EMPTY + 1..GROUP_FULL)
@@ -552,8 +549,8 @@ impl Pool {
             let wanted = {
                 let inner = class.inner.lock();
                 match inner.zspages.get(src as usize).and_then(Option::as_ref) {
-                    Some(m) if m.inuse > 0 && pages_for(m.inuse as usize) < m.run.pages() => {
-                        pages_for(m.inuse as usize)
+                    Some(m) if m.shortenable(geom.size) > 0 => {
+                        m.run.pages() - m.shortenable(geom.size)
                     }
                     _ => continue,
                 }
@@ -626,11 +623,7 @@ impl Pool {
             .zspages
             .iter()
             .flatten()
-            .filter(|m| m.inuse > 0 && m.inuse < m.objs)
-            .map(|m| {
-                let need = (m.inuse as usize * geom.size).div_ceil(crate::PAGE_SIZE);
-                m.run.pages().saturating_sub(need)
-            })
+            .map(|m| m.shortenable(geom.size))
             .sum()
     }
 
@@ -822,9 +815,6 @@ impl Pool {
                             g.index
                         ));
                     }
-                    if huge && meta.huge_slot != slot {
-                        return Err(format!("class {}: huge slot {slot} mismatch", g.index));
-                    }
                     if g.header > 0 {
                         let h = Handle::from_raw(header(bytes, g.size, obj as usize));
                         match h.decode() {
@@ -931,9 +921,6 @@ fn migrate(
         let new_obj = dst.take_free(size, huge);
         let (from, to) = (obj as usize * size, new_obj as usize * size);
         dst.run.bytes_mut()[to..to + size].copy_from_slice(&src.run.bytes()[from..from + size]);
-        if huge {
-            dst.huge_slot = slot;
-        }
         inner.handles.relocate(
             slot,
             Location {

@@ -10,7 +10,7 @@
 //! handle (little endian, with the handle magic in its top bits), the caller's bytes follow;
 //! a free object's first 8 bytes hold the index of the next free object (top bits zero). Objects
 //! at or past `fresh` have never been used and are not linked. Huge classes (one object
-//! per one-page zspage) keep no header: the handle slot is kept in the meta instead.
+//! per one-page zspage) keep no header.
 //!
 //! Invariant: `inuse + free_list_len + (objs - fresh) == objs`, and
 //! `objs == pages * 4096 / size` (so `objs == objs_per_zspage` for a full-length zspage).
@@ -43,8 +43,6 @@ pub(crate) struct ZsPage {
     pub group: u8,
     /// Position in its group's list.
     pub list_pos: u32,
-    /// Huge classes: the handle slot of the one object.
-    pub huge_slot: u32,
 }
 
 /// The fullness group for `inuse` of `objs` objects.
@@ -88,8 +86,16 @@ impl ZsPage {
             fresh: 0,
             group: GROUP_EMPTY,
             list_pos: 0,
-            huge_slot: 0,
         }
+    }
+
+    /// Pages shortening could free: those beyond what its objects need, if partly used.
+    pub fn shortenable(&self, size: usize) -> usize {
+        if self.inuse == 0 || self.inuse == self.objs {
+            return 0;
+        }
+        let need = (self.inuse as usize * size).div_ceil(crate::PAGE_SIZE);
+        self.run.pages().saturating_sub(need)
     }
 
     /// Takes a free object index (the caller knows the zspage is not full).
