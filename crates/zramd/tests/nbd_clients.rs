@@ -14,19 +14,6 @@ use std::time::{Duration, Instant};
 use nbd_common::*;
 use zramd::nbd::ServerConfig;
 
-/// Is `tool` on PATH? If not, says why the test is skipped.
-fn have(test: &str, tool: &str) -> bool {
-    let found = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
-        .unwrap_or(false);
-    if !found {
-        eprintln!(
-            "SKIPPED {test}: `{tool}` is not installed (apt-get install -y libnbd-bin python3-libnbd qemu-utils fio nbdkit fuse3)"
-        );
-    }
-    found
-}
-
 /// Output of a finished command.
 #[derive(Debug)]
 struct Run {

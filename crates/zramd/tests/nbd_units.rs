@@ -8,19 +8,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const ZRAMD: &str = env!("CARGO_BIN_EXE_zramd");
+pub mod nbd_common;
 
-fn have(test: &str, tool: &str) -> bool {
-    let found = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
-        .unwrap_or(false);
-    if !found {
-        eprintln!(
-            "SKIPPED {test}: `{tool}` is not installed (apt-get install -y libnbd-bin qemu-utils)"
-        );
-    }
-    found
-}
+use nbd_common::have;
+
+const ZRAMD: &str = env!("CARGO_BIN_EXE_zramd");
 
 /// A `zramd serve` process, stopped with SIGTERM when dropped.
 struct Served {

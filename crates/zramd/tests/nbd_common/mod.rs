@@ -15,6 +15,20 @@ use zramd::export::{Export, ExportSet};
 use zramd::nbd::proto::*;
 use zramd::nbd::{ServerConfig, serve_tcp, serve_unix};
 
+/// Is `tool` on PATH? If not, says why the test is skipped (tests then return: a missing
+/// tool never passes silently).
+pub fn have(test: &str, tool: &str) -> bool {
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+        .unwrap_or(false);
+    if !found {
+        eprintln!(
+            "SKIPPED {test}: `{tool}` is not installed (apt-get install -y libnbd-bin python3-libnbd qemu-utils fio nbdkit fuse3)"
+        );
+    }
+    found
+}
+
 /// An initialized zram device of `size` bytes.
 pub fn device(size: u64) -> Arc<zramd::device::Device> {
     Arc::new(
