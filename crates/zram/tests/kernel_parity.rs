@@ -9,9 +9,8 @@
 //! device is ours alone (hot-added; zram0 and zram1 are never touched) and is reset and
 //! hot-removed on every way out, panics included, by a guard's `Drop`.
 
-use std::fs::{self, File};
-use std::io::{self, Read};
-use std::path::{Path, PathBuf};
+use std::io;
+use std::path::Path;
 
 use zram::kernel::{KernelZram, is_root, read_direct, write_direct};
 
@@ -19,45 +18,14 @@ use zram::kernel::{KernelZram, is_root, read_direct, write_direct};
 const CHUNK: usize = 64 * PAGE_SIZE;
 use zram::{Algorithm, AlgorithmParams, PAGE_SIZE, Zram, ZramConfig};
 
+pub mod common;
+
+use common::files;
+
 const CONTROL: &str = "/sys/class/zram-control";
 const DISKSIZE: u64 = 64 << 20;
 const TOLERANCE: f64 = 0.02;
 const LZ4_TOLERANCE: f64 = 0.001;
-
-/// Regular files under `dir` (symlinks skipped), sorted, depth first.
-fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(rd) = fs::read_dir(dir) else { return };
-    let mut entries: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
-    entries.sort();
-    for p in entries {
-        match fs::symlink_metadata(&p) {
-            Ok(m) if m.is_dir() => files_under(&p, out),
-            Ok(m) if m.is_file() => out.push(p),
-            _ => {}
-        }
-    }
-}
-
-/// Up to `per_file` bytes of each file under `dir` whose name ends in `suffix`, until
-/// `budget` bytes.
-fn files(dir: &str, suffix: &str, per_file: u64, budget: usize) -> Vec<u8> {
-    let mut list = Vec::new();
-    files_under(Path::new(dir), &mut list);
-    let mut out = Vec::new();
-    for f in list {
-        if out.len() >= budget {
-            break;
-        }
-        if !f.to_string_lossy().ends_with(suffix) {
-            continue;
-        }
-        if let Ok(file) = File::open(&f) {
-            let _ = file.take(per_file).read_to_end(&mut out);
-        }
-    }
-    out.truncate(budget);
-    out
-}
 
 /// About 14 MiB of this machine's binaries and headers, with zero pages and pages of a
 /// repeated non-zero word mixed in; whole pages.

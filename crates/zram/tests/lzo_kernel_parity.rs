@@ -8,12 +8,16 @@
 //! 4096. The device is reset and hot-removed on every path out (a guard's `Drop`).
 //! Elsewhere the test says why it skips.
 
-use std::fs::{self, File};
-use std::io::{self, Read};
-use std::path::{Path, PathBuf};
+use std::fs::File;
+use std::io;
+use std::path::Path;
 
 use zram::kernel::{KernelZram, is_root, write_direct};
 use zram::lzo::{Compressor, Variant};
+
+pub mod common;
+
+use common::files;
 
 const PAGE: usize = 4096;
 const CONTROL: &str = "/sys/class/zram-control";
@@ -64,45 +68,11 @@ struct MmStat {
     huge_pages: u64,
 }
 
-/// Regular files under `dir` (no symlinks), sorted, depth first.
-fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(rd) = fs::read_dir(dir) else { return };
-    let mut entries: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
-    entries.sort();
-    for p in entries {
-        match fs::symlink_metadata(&p) {
-            Ok(m) if m.is_dir() => files_under(&p, out),
-            Ok(m) if m.is_file() => out.push(p),
-            _ => {}
-        }
-    }
-}
-
-/// Appends up to `per_file` bytes of each file under `dir` (optionally only names ending
-/// in `suffix`) until `corpus` has grown by `budget` bytes.
-fn add_files(corpus: &mut Vec<u8>, dir: &str, suffix: Option<&str>, per_file: u64, budget: usize) {
-    let mut files = Vec::new();
-    files_under(Path::new(dir), &mut files);
-    let stop = corpus.len() + budget;
-    for f in files {
-        if corpus.len() >= stop {
-            break;
-        }
-        if suffix.is_some_and(|s| !f.to_string_lossy().ends_with(s)) {
-            continue;
-        }
-        if let Ok(file) = File::open(&f) {
-            let _ = file.take(per_file).read_to_end(corpus);
-        }
-    }
-    corpus.truncate(stop);
-}
-
 fn corpus() -> Vec<u8> {
     let mut c = Vec::new();
-    add_files(&mut c, "/usr/bin", None, 256 << 10, 12 << 20);
-    add_files(&mut c, "/usr/include", Some(".h"), 64 << 10, 4 << 20);
-    add_files(&mut c, "/usr/share/common-licenses", None, 1 << 20, 1 << 20);
+    c.extend(files("/usr/bin", "", 256 << 10, 12 << 20));
+    c.extend(files("/usr/include", ".h", 64 << 10, 4 << 20));
+    c.extend(files("/usr/share/common-licenses", "", 1 << 20, 1 << 20));
     c.truncate(c.len() / PAGE * PAGE);
     c
 }
