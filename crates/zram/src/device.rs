@@ -142,7 +142,8 @@ impl Zram {
             unit_size: config.unit_size,
             huge_class_size: pool.huge_class_size(),
             pool,
-            table: SlotTable::new(slots),
+            table: SlotTable::new(slots)
+                .ok_or_else(|| Error::InvalidSize(config.disksize.to_string()))?,
             codecs,
             counters: Counters::default(),
             limit_pages: AtomicU64::new(config.mem_limit.div_ceil(PAGE_SIZE as u64)),

@@ -23,6 +23,8 @@ pub mod lzo;
 pub mod size;
 pub mod slot;
 pub mod stats;
+#[expect(unsafe_code, reason = "the one module that asks the OS for memory")]
+mod sys;
 pub mod unit;
 
 pub use comp::{Algorithm, AlgorithmParams};

@@ -113,12 +113,12 @@ pub struct SlotGuard<'a> {
 }
 
 impl SlotTable {
-    /// A table of `n` empty slots.
-    pub fn new(n: usize) -> Self {
-        Self {
-            words: zsmalloc::sys::zeroed_atomics(2 * n),
+    /// A table of `n` empty slots; `None` when the memory for it cannot be had.
+    pub fn new(n: usize) -> Option<Self> {
+        Some(Self {
+            words: crate::sys::zeroed_atomics(n.checked_mul(2)?)?,
             locks: (0..STRIPES.min(n.max(1))).map(|_| Mutex::new(())).collect(),
-        }
+        })
     }
 
     /// Number of slots.
@@ -174,7 +174,7 @@ mod tests {
 
     #[test]
     fn entries_round_trip_through_the_packing() {
-        let t = SlotTable::new(10);
+        let t = SlotTable::new(10).unwrap();
         let e = SlotEntry {
             handle: u64::MAX - 5,
             len: 128 * 1024,

@@ -37,15 +37,18 @@ pub const MAX_CHAIN_SIZE: usize = 16;
 /// The kernel's default `CONFIG_ZSMALLOC_CHAIN_SIZE`.
 pub const DEFAULT_CHAIN_SIZE: usize = 8;
 
-/// Where an object's handle is kept.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Where an object's handle is kept. The default is zram devices' (and so zramd's):
+/// [`Header::Omitted`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum Header {
     /// In the first [`HANDLE_SIZE`] bytes of every object of a non-huge class, as the
     /// kernel's zsmalloc does: each request is 8 bytes larger before the class lookup.
-    #[default]
     Handle,
     /// Nowhere in the object: compaction finds an object's handle through the class's
     /// handle table. Every object is 8 bytes smaller than the kernel's.
+    #[default]
     Omitted,
 }
 
@@ -98,15 +101,19 @@ impl ClassGeometry {
     }
 }
 
-/// How the zspage length of a class is chosen.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// How the zspage length of a class is chosen. The default is the current kernel's
+/// ([`Geometry::MinWaste`]), so that side-by-side runs against the kernel's zram compare
+/// like with like.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum Geometry {
     /// The seed's rule (kernels up to 6.2, `get_pages_per_zspage`): the highest integer
     /// used-percentage, first maximum wins. Chain sizes 4, 8, 16 give 69, 123, 191 classes.
-    #[default]
     Seed,
     /// The rule of kernels 6.3 and later (`calculate_zspage_chain_size`): the length with the
     /// least wasted bytes, one page for power-of-two sizes. Packs small objects tighter.
+    #[default]
     MinWaste,
 }
 

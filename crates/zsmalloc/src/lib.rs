@@ -20,6 +20,7 @@
 
 pub mod backend;
 pub mod class;
+mod config;
 mod error;
 mod handle;
 pub mod pool;
@@ -31,9 +32,10 @@ mod zspage;
 
 pub use backend::Backend;
 pub use class::{ClassGeometry, ClassTable, Geometry};
+pub use config::{DEFAULT_PAGE_CACHE_PAGES, PoolConfig};
 pub use error::{Error, Result};
 pub use handle::Handle;
-pub use pool::{Pool, PoolConfig};
+pub use pool::Pool;
 pub use stats::{ClassStats, PoolStats, format_class_table};
 
 /// Bytes in one page.

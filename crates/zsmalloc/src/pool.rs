@@ -33,6 +33,7 @@ use crate::sys::PageRun;
 use crossbeam_utils::CachePadded;
 
 use crate::class::{ClassGeometry, ClassTable, MAX_ALLOC_SIZE, MAX_CHAIN_SIZE, MIN_CHAIN_SIZE};
+use crate::config::PoolConfig;
 use crate::error::{Error, Result};
 use crate::handle::{Handle, HandleTable, Location};
 
@@ -44,38 +45,6 @@ use crate::sys::PageSource;
 use crate::zspage::{
     GROUP_EMPTY, GROUP_FULL, NR_GROUPS, ZsPage, fullness_group, header, set_header,
 };
-
-/// How a pool is built.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PoolConfig {
-    /// Most pages one zspage may have (the kernel's `CONFIG_ZSMALLOC_CHAIN_SIZE`), 1..=16.
-    pub chain_size: usize,
-    /// Fault every new zspage in at once so that process RSS equals the pages held.
-    pub populate: bool,
-    /// Pages of freed zspages kept resident for immediate reuse (like the kernel's per-cpu
-    /// page lists); the rest go back to the OS at once.
-    pub page_cache_pages: usize,
-    /// Shards per size class (each with its own lock); 0 = one per CPU, at most 16.
-    pub shards: usize,
-    /// How zspage lengths are chosen.
-    pub geometry: crate::class::Geometry,
-    /// Where objects keep their handle: in their first 8 bytes (the kernel's layout), or
-    /// nowhere (8 bytes less per object).
-    pub header: crate::class::Header,
-}
-
-impl Default for PoolConfig {
-    fn default() -> Self {
-        Self {
-            chain_size: crate::class::DEFAULT_CHAIN_SIZE,
-            populate: true,
-            page_cache_pages: 1024,
-            shards: 0,
-            geometry: crate::class::Geometry::Seed,
-            header: crate::class::Header::Handle,
-        }
-    }
-}
 
 /// A zsmalloc pool.
 #[derive(Debug)]

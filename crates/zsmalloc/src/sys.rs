@@ -12,8 +12,6 @@
 //!   aliasing rules on the run carry over to the memory.
 //! - When a run is dropped, its pages are given back to the OS (`MADV_DONTNEED`, so they
 //!   read as zeroes afterwards) before the range is recorded as free for reuse.
-//! - [`zeroed_atomics`] builds a boxed slice from `alloc_zeroed` with the slice's own layout;
-//!   all-zero bytes are a valid `AtomicU64`.
 
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -21,30 +19,6 @@ use std::sync::Arc;
 use crate::sync::Mutex;
 
 use crate::PAGE_SIZE;
-
-/// `n` atomics, all 0, whose memory becomes resident only where it is first touched: a
-/// large zeroed allocation comes from fresh anonymous pages, which the OS fills on demand.
-/// So a table sized for a whole device (zram's slot table) costs memory only where it is used.
-pub fn zeroed_atomics(n: usize) -> Box<[std::sync::atomic::AtomicU64]> {
-    use std::sync::atomic::AtomicU64;
-    if n == 0 {
-        return Box::new([]);
-    }
-    let Ok(layout) = std::alloc::Layout::array::<AtomicU64>(n) else {
-        // More than the address space: the same end as `vec!` of that length.
-        panic!("a table of {n} words does not fit in memory");
-    };
-    // SAFETY: `layout` has a non-zero size; the allocation is checked for null; zeroed bytes
-    // are a valid `AtomicU64` (0); and `Box<[AtomicU64]>` frees with this very layout (an
-    // array of `n` `AtomicU64` from the global allocator).
-    unsafe {
-        let ptr = std::alloc::alloc_zeroed(layout).cast::<AtomicU64>();
-        if ptr.is_null() {
-            std::alloc::handle_alloc_error(layout);
-        }
-        Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, n))
-    }
-}
 
 /// Pages in one arena reservation (256 MiB of address space).
 const ARENA_PAGES: usize = 1 << 16;

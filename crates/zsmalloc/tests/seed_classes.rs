@@ -158,11 +158,10 @@ const ORDER3_DISTRIBUTION: &[ClassStats] = &[
 
 fn pool(chain: usize) -> Pool {
     Pool::with_config(PoolConfig {
-        chain_size: chain,
         populate: false,
         // One shard per class, so that filling a class is sequential, as in the kernel.
         shards: 1,
-        ..PoolConfig::default()
+        ..PoolConfig::seed(chain)
     })
     .expect("valid chain size")
 }

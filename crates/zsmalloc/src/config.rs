@@ -1,0 +1,71 @@
+//! How a pool is built: one settings struct, read from config files (serde) and command
+//! lines (clap, with the `clap` feature), passed down whole.
+
+use serde::{Deserialize, Serialize};
+
+use crate::class::{DEFAULT_CHAIN_SIZE, Geometry, Header};
+
+/// Pages of freed zspages a pool keeps resident for reuse by default (4 MiB).
+pub const DEFAULT_PAGE_CACHE_PAGES: usize = 1024;
+
+/// How a pool is built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
+pub struct PoolConfig {
+    /// zsmalloc chain size: most pages one zspage may have (the kernel's
+    /// `CONFIG_ZSMALLOC_CHAIN_SIZE`), 1..=16.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = DEFAULT_CHAIN_SIZE))]
+    pub chain_size: usize,
+    /// zsmalloc zspage-length rule: seed (kernels up to 6.2) or min-waste (6.3 and later).
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, value_enum, default_value_t = Geometry::default())
+    )]
+    pub geometry: Geometry,
+    /// Where zsmalloc objects keep their handle: omitted (8 bytes less per object) or handle
+    /// (the kernel's layout, for like-for-like comparisons).
+    #[serde(rename = "object_header")]
+    #[cfg_attr(
+        feature = "clap",
+        arg(long = "object-header", value_enum, default_value_t = Header::default())
+    )]
+    pub header: Header,
+    /// zsmalloc shards per size class, each with its own lock (0 = one per CPU, at most 16;
+    /// 1 packs exactly as the kernel).
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 0))]
+    pub shards: usize,
+    /// Fault every new zspage in at once so that process RSS equals the pages held.
+    #[cfg_attr(feature = "clap", arg(skip = true))]
+    pub populate: bool,
+    /// Pages of freed zspages kept resident for immediate reuse (like the kernel's per-cpu
+    /// page lists); the rest go back to the OS at once.
+    #[cfg_attr(feature = "clap", arg(skip = DEFAULT_PAGE_CACHE_PAGES))]
+    pub page_cache_pages: usize,
+}
+
+impl PoolConfig {
+    /// The layout of seed 000's kernel (6.2): its zspage-length rule and the in-object
+    /// handle, for conformance with the seed's tables and like-for-like runs.
+    pub fn seed(chain_size: usize) -> Self {
+        Self {
+            chain_size,
+            geometry: Geometry::Seed,
+            header: Header::Handle,
+            ..Self::default()
+        }
+    }
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        Self {
+            chain_size: DEFAULT_CHAIN_SIZE,
+            populate: true,
+            page_cache_pages: DEFAULT_PAGE_CACHE_PAGES,
+            shards: 0,
+            geometry: Geometry::default(),
+            header: Header::default(),
+        }
+    }
+}
