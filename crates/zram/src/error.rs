@@ -1,12 +1,35 @@
-//! The crate's error type.
+//! The crate's error type, and the one mapping from it to errnos that every front end uses.
+
+/// Which kind of request met an error (the errno of some errors depends on it, as the
+/// kernel's block layer and the NBD protocol make it depend).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// A read.
+    Read,
+    /// A write.
+    Write,
+    /// A discard (trim).
+    Discard,
+    /// A write of zeroes.
+    WriteZeroes,
+}
+
+impl Op {
+    /// Does the request store data (so that running out of room is `ENOSPC`)?
+    pub fn stores(self) -> bool {
+        matches!(self, Op::Write | Op::WriteZeroes)
+    }
+}
 
 /// Everything a device operation can refuse.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// A request reaches past the end of the device.
-    #[error("request at offset {offset} of {len} bytes is beyond the device ({disksize} bytes)")]
+    #[error("{op:?} at offset {offset} of {len} bytes is beyond the device ({disksize} bytes)")]
     OutOfRange {
+        /// The request.
+        op: Op,
         /// First byte asked for.
         offset: u64,
         /// Bytes asked for.
@@ -14,31 +37,115 @@ pub enum Error {
         /// Device size.
         disksize: u64,
     },
-    /// Storing the page would pass `mem_limit`; the slot keeps its old data.
+    /// Storing the data would pass `mem_limit`; the slot keeps its old data.
     #[error("memory limit of {limit} bytes reached")]
     MemLimit {
         /// The limit in bytes.
         limit: u64,
     },
-    /// The allocator refused memory.
+    /// The allocator refused: out of memory, or (a bug) a stale handle.
     #[error("allocator: {0}")]
     Alloc(#[from] zsmalloc::Error),
+    /// The slot table of a device this large cannot be had.
+    #[error("no memory for the slot table of a {disksize}-byte device")]
+    TableTooLarge {
+        /// The device size asked for.
+        disksize: u64,
+    },
     /// No such compression algorithm.
     #[error("unknown compression algorithm {0:?} (known: lzo, lzo-rle, lz4, zstd)")]
     UnknownAlgorithm(String),
-    /// A bad algorithm parameter or device setting.
-    #[error("invalid parameter: {0}")]
-    InvalidParam(String),
-    /// A size that does not parse or is not allowed.
+    /// A compression level the algorithm does not have.
+    #[error("{algorithm} level {level} is out of range")]
+    InvalidLevel {
+        /// The algorithm's name.
+        algorithm: &'static str,
+        /// The level asked for.
+        level: i32,
+    },
+    /// The compressor refused its parameters (a bad dictionary, say).
+    #[error("{algorithm} cannot be set up: {reason}")]
+    CodecSetup {
+        /// The algorithm's name.
+        algorithm: &'static str,
+        /// What the compression library said.
+        reason: String,
+    },
+    /// A `unit_size` that is not a power of two from 4 KiB to 128 KiB.
+    #[error("unit_size {0} must be a power of two from 4096 to 131072 bytes")]
+    InvalidUnitSize(u64),
+    /// A `unit_size` larger than the device.
+    #[error("unit_size {unit_size} is larger than the device ({disksize} bytes)")]
+    UnitLargerThanDevice {
+        /// The unit size.
+        unit_size: u64,
+        /// The device size.
+        disksize: u64,
+    },
+    /// A size that does not parse (the text given) or is not allowed.
     #[error("invalid size {0:?}")]
     InvalidSize(String),
     /// The compressor failed.
-    #[error("compression failed: {0}")]
-    Compress(String),
+    #[error("{algorithm} compression failed: {reason}")]
+    Compress {
+        /// The algorithm's name.
+        algorithm: &'static str,
+        /// What the compression library said.
+        reason: String,
+    },
     /// Stored data did not decode: the slot's contents are lost.
     #[error("corrupt compressed data: {0}")]
     Corrupt(String),
 }
 
+impl Error {
+    /// The errno for this error, as the kernel's zram and block layer give it (the NBD
+    /// protocol's error values are the same numbers).
+    ///
+    /// - a request past the end: `ENOSPC` when it stores data, else `EINVAL`;
+    /// - `mem_limit` reached, or the allocator out of memory, while storing: `ENOSPC`;
+    /// - no memory for a device's tables: `ENOMEM`;
+    /// - a bad setting or value: `EINVAL`;
+    /// - data that cannot be compressed or decoded, or an allocator bug: `EIO`.
+    pub fn errno(&self) -> i32 {
+        match self {
+            Error::OutOfRange { op, .. } if op.stores() => libc::ENOSPC,
+            Error::OutOfRange { .. } => libc::EINVAL,
+            Error::MemLimit { .. } | Error::Alloc(zsmalloc::Error::OutOfMemory(_)) => libc::ENOSPC,
+            Error::TableTooLarge { .. } => libc::ENOMEM,
+            Error::UnknownAlgorithm(_)
+            | Error::InvalidLevel { .. }
+            | Error::CodecSetup { .. }
+            | Error::InvalidUnitSize(_)
+            | Error::UnitLargerThanDevice { .. }
+            | Error::InvalidSize(_) => libc::EINVAL,
+            Error::Alloc(_) | Error::Compress { .. } | Error::Corrupt(_) => libc::EIO,
+        }
+    }
+}
+
 /// Result with the crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errnos_follow_the_request() {
+        let past = |op| Error::OutOfRange {
+            op,
+            offset: 8192,
+            len: 4096,
+            disksize: 8192,
+        };
+        assert_eq!(past(Op::Write).errno(), libc::ENOSPC);
+        assert_eq!(past(Op::WriteZeroes).errno(), libc::ENOSPC);
+        assert_eq!(past(Op::Read).errno(), libc::EINVAL);
+        assert_eq!(past(Op::Discard).errno(), libc::EINVAL);
+        assert_eq!(Error::MemLimit { limit: 1 }.errno(), libc::ENOSPC);
+        assert_eq!(Error::TableTooLarge { disksize: 1 }.errno(), libc::ENOMEM);
+        assert_eq!(Error::InvalidUnitSize(3).errno(), libc::EINVAL);
+        assert_eq!(Error::Corrupt("x".into()).errno(), libc::EIO);
+    }
+}

@@ -1,35 +1,53 @@
 //! The zram device engine on top of zsmalloc: the kernel's compressed RAM block device as a
 //! library.
 //!
+//! - [`config`]: [`ZramConfig`], a device's settings (nesting the pool's);
+//! - [`device`]: [`Zram`], the device: requests at any offset, split into slots;
+//! - `store`: the storage path, read/write/free of one slot (the kernel's
+//!   `zram_read_page`/`zram_write_page`/`zram_free_page`);
+//! - `chain`: data spread over several objects (compression units larger than a page);
+//! - `same`: same-filled pages;
+//! - [`slot`]: the slot table and per-slot locks;
 //! - [`comp`]: compressors (lz4, zstd, lzo, lzo-rle) behind one trait;
 //! - [`lzo`]: our clean-room LZO1X / LZO-RLE codec;
-//! - [`slot`]: the slot table and per-slot locks;
-//! - [`device`]: [`Zram`], the device: reads and writes at any offset, discard,
-//!   write-zeroes, limits, reset;
-//! - [`unit`]: compression units larger than a page (opt-in, beyond the kernel);
 //! - [`compact`]: automatic background compaction;
 //! - [`stats`]: counters and the kernel's `mm_stat`, `io_stat`, `debug_stat` formats;
 //! - [`size`]: sizes with K/M/G suffixes;
-//! - [`kernel`]: the kernel's own zram, hot-added for side-by-side runs.
+//! - [`error`]: the error type and its one mapping to errnos;
+//! - `sys`: the zeroed slot table from the OS (the crate's only `unsafe`).
 //!
-//! Lock order: slot lock → (compressor pool lock | zsmalloc class lock → page source lock).
+//! Files import only files below them in this order: device → store → (chain, same, slot,
+//! comp, stats) → (error, size, sys).
+//!
+//! Lock order: slot lock → (compressor context: per thread, no lock | zsmalloc class-shard
+//! lock → page-source lock).
 
+mod chain;
 pub mod comp;
 pub mod compact;
+pub mod config;
 pub mod device;
-mod error;
+pub mod error;
 pub mod kernel;
 pub mod lzo;
+mod same;
 pub mod size;
 pub mod slot;
 pub mod stats;
+mod store;
 #[expect(unsafe_code, reason = "the one module that asks the OS for memory")]
 mod sys;
-pub mod unit;
 
+pub use chain::links;
 pub use comp::{Algorithm, AlgorithmParams};
-pub use device::{Zram, ZramConfig};
-pub use error::{Error, Result};
+pub use config::ZramConfig;
+pub use device::Zram;
+pub use error::{Error, Op, Result};
+pub use size::Size;
+pub use store::BlockState;
+/// The allocator's types a device's settings and figures name, so that front ends reach the
+/// allocator only through this crate.
+pub use zsmalloc::{self, ClassStats, Geometry, PoolConfig, class::Header, format_class_table};
 
 /// Bytes in one page (one slot).
 pub const PAGE_SIZE: usize = 4096;

@@ -27,11 +27,13 @@ impl Flags {
     pub const SAME: Flags = Flags(1 << 0);
     /// Stored uncompressed: it compressed to `huge_class_size` or more.
     pub const HUGE: Flags = Flags(1 << 1);
-    /// Marked idle (not accessed since the last `idle` marking).
+    /// Marked idle (not accessed since the last `idle` marking). Set by idle tracking
+    /// (the policy engine, next to land); nothing sets it yet.
     pub const IDLE: Flags = Flags(1 << 2);
-    /// Written back to the backing file.
+    /// Written back to the backing file (writeback, next to land; nothing sets it yet).
     pub const WB: Flags = Flags(1 << 3);
-    /// Recompression found it incompressible.
+    /// Recompression found it incompressible (recompression, next to land; nothing sets it
+    /// yet).
     pub const INCOMPRESSIBLE: Flags = Flags(1 << 4);
 
     /// Are all flags of `other` set?
@@ -66,9 +68,11 @@ pub struct SlotEntry {
     pub len: usize,
     /// Flags.
     pub flags: Flags,
-    /// Compression priority (0 = primary algorithm).
+    /// Compression priority (0 = primary algorithm; recompression, next to land, sets
+    /// others).
     pub prio: u8,
-    /// Last access, seconds since the device started.
+    /// Last write, seconds since the device started (idle tracking, next to land, reads it
+    /// and makes reads update it too).
     pub ac_time: u32,
 }
 

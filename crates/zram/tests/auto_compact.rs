@@ -26,8 +26,6 @@ fn device(auto_compact: Option<AutoCompact>) -> Zram {
         disksize: (PAGES * PAGE_SIZE) as u64,
         algorithm: Algorithm::Lz4,
         params: AlgorithmParams::default(),
-        chain_size: 8,
-        mem_limit: 0,
         auto_compact,
         ..ZramConfig::default()
     })

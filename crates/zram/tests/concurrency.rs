@@ -17,7 +17,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use zram::compact::AutoCompact;
 use zram::slot::Flags;
-use zram::{Algorithm, AlgorithmParams, PAGE_SIZE, Zram, ZramConfig};
+use zram::{Algorithm, AlgorithmParams, PAGE_SIZE, Size, Zram, ZramConfig};
 
 const THREADS: usize = 4;
 const SHARED: usize = 24;
@@ -198,10 +198,8 @@ fn run(algorithm: Algorithm, unit_size: usize, iterations: usize) {
     let zram = Zram::new(ZramConfig {
         disksize: (PAGES * PAGE_SIZE) as u64,
         algorithm,
-        unit_size,
+        unit_size: Size(unit_size as u64),
         params: AlgorithmParams::default(),
-        chain_size: 8,
-        mem_limit: 0,
         auto_compact: Some(AutoCompact {
             min_pages: 1,
             per_mille: 1,

@@ -16,7 +16,7 @@ use zram::kernel::{KernelZram, is_root, read_direct, write_direct};
 
 /// Bytes written to our device per call.
 const CHUNK: usize = 64 * PAGE_SIZE;
-use zram::{Algorithm, AlgorithmParams, PAGE_SIZE, Zram, ZramConfig};
+use zram::{Algorithm, AlgorithmParams, Header, PAGE_SIZE, PoolConfig, Zram, ZramConfig};
 
 pub mod common;
 
@@ -93,10 +93,11 @@ fn our_run(algorithm: Algorithm, corpus: &[u8]) -> Figures {
         disksize: DISKSIZE,
         algorithm,
         params: AlgorithmParams::default(),
-        chain_size: 8,
         // The kernel's object layout, so that the huge threshold is the kernel's too.
-        header: zsmalloc::class::Header::Handle,
-        mem_limit: 0,
+        pool: PoolConfig {
+            header: Header::Handle,
+            ..PoolConfig::default()
+        },
         auto_compact: None,
         ..ZramConfig::default()
     })

@@ -6,7 +6,7 @@
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use zram::{Algorithm, AlgorithmParams, Error, PAGE_SIZE, Zram, ZramConfig};
+use zram::{Algorithm, AlgorithmParams, Error, PAGE_SIZE, PoolConfig, Size, Zram, ZramConfig};
 
 const P: u64 = PAGE_SIZE as u64;
 const CHAIN: usize = 8;
@@ -16,8 +16,11 @@ fn device(pages: usize, mem_limit: u64) -> Zram {
         disksize: (pages * PAGE_SIZE) as u64,
         algorithm: Algorithm::Lz4,
         params: AlgorithmParams::default(),
-        chain_size: CHAIN,
-        mem_limit,
+        mem_limit: Size(mem_limit),
+        pool: PoolConfig {
+            chain_size: CHAIN,
+            ..PoolConfig::default()
+        },
         auto_compact: None,
         ..ZramConfig::default()
     })

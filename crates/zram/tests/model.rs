@@ -1,31 +1,28 @@
-//! Model test: random sequences of writes (whole and partial pages, unaligned, spanning
-//! pages), reads, discards, write-zeroes, compactions and resets against a plain `Vec<u8>`
-//! image of the device, for every algorithm. After every step the whole device reads back as
-//! the model, `check_invariants()` holds, every slot is stored the way the kernel's rules say
-//! (same-filled → `SAME` with the word, incompressible → `HUGE` raw 4096 bytes, otherwise a
-//! compressed object shorter than `huge_class_size`), and the `mm_stat` identities hold
-//! against the slot table.
+//! Model test of the device, for every unit size: random writes (whole and partial slots,
+//! unaligned, spanning slots), reads, discards, write-zeroes, compactions, flushes and
+//! clears against a plain `Vec<u8>` image of the device. Pages (4 KiB units, the kernel's
+//! model) run every algorithm, each on a different pool shape (chain sizes 1 to 16, both
+//! zspage rules, both object layouts); 8, 32 and 128 KiB units run lz4 and zstd on a device
+//! two units and three pages long, so the last unit is short. After every step the whole
+//! device reads back as the model, the pool's invariants hold, every slot is stored as the
+//! kernel's rules say (same-filled → `SAME` with the word; otherwise a stream shorter than
+//! the raw threshold, or the raw slot flagged `HUGE`), the pool holds exactly the objects the
+//! slots' chains need, requests past the end fail and change nothing, and the `mm_stat`
+//! identities hold against the slot table.
 
 use proptest::prelude::*;
+use zram::links;
 use zram::slot::{Flags, SlotEntry};
-use zram::{Algorithm, AlgorithmParams, Error, PAGE_SIZE, Zram, ZramConfig};
-use zsmalloc::Geometry;
-use zsmalloc::class::Header;
+use zram::{Algorithm, Error, Geometry, Header, PAGE_SIZE, PoolConfig, Size, Zram, ZramConfig};
 
-const PAGES: usize = 16;
-const DISKSIZE: usize = PAGES * PAGE_SIZE;
-
-/// What the bytes of a write look like.
 #[derive(Debug, Clone, Copy)]
 enum Fill {
-    /// All zero.
     Zero,
-    /// A repeated 8-byte word, aligned to the device offset: whole pages come out
-    /// same-filled.
+    /// A repeated word aligned to the device offset: whole units come out same-filled.
     Word(u64),
-    /// Pseudo-random bytes: incompressible.
+    /// Incompressible.
     Random(u64),
-    /// Words from a small vocabulary: compresses well.
+    /// Compresses well.
     Text(u64),
 }
 
@@ -39,7 +36,7 @@ enum Op {
     OutOfRange(u64, usize),
     Compact,
     Flush,
-    Reset,
+    Clear,
 }
 
 fn xorshift(state: &mut u64) -> u64 {
@@ -49,7 +46,6 @@ fn xorshift(state: &mut u64) -> u64 {
     *state
 }
 
-/// The bytes a write of `len` at `offset` carries.
 fn bytes(fill: Fill, offset: u64, len: usize) -> Vec<u8> {
     match fill {
         Fill::Zero => vec![0; len],
@@ -63,19 +59,15 @@ fn bytes(fill: Fill, offset: u64, len: usize) -> Vec<u8> {
         }
         Fill::Text(seed) => {
             const WORDS: [&str; 8] = [
-                "zram ",
-                "stores ",
-                "pages ",
-                "compressed ",
-                "in ",
-                "memory; ",
-                "zsmalloc ",
-                "packs\n",
+                "unit ", "stream ", "chain ", "piece ", "zstd ", "lz4 ", "page ", "link\n",
             ];
             let mut s = seed | 1;
             let mut out = Vec::with_capacity(len + 16);
             while out.len() < len {
                 out.extend_from_slice(WORDS[(xorshift(&mut s) % 8) as usize].as_bytes());
+                if xorshift(&mut s).is_multiple_of(5) {
+                    out.push(xorshift(&mut s) as u8);
+                }
             }
             out.truncate(len);
             out
@@ -86,52 +78,76 @@ fn bytes(fill: Fill, offset: u64, len: usize) -> Vec<u8> {
 fn fill() -> impl Strategy<Value = Fill> {
     prop_oneof![
         2 => Just(Fill::Zero),
-        2 => prop_oneof![Just(u64::MAX), Just(0x0101_0101_0101_0101), any::<u64>()]
-            .prop_map(Fill::Word),
+        2 => prop_oneof![Just(u64::MAX), any::<u64>()].prop_map(Fill::Word),
         3 => any::<u64>().prop_map(Fill::Random),
-        3 => any::<u64>().prop_map(Fill::Text),
+        4 => any::<u64>().prop_map(Fill::Text),
     ]
 }
 
-/// An offset: page-aligned half of the time.
-fn offset() -> impl Strategy<Value = u64> {
+/// Device geometry for one unit size.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    unit: usize,
+    disksize: usize,
+}
+
+impl Shape {
+    /// Pages: 16 of them; larger units: two and a short one of three pages.
+    fn new(unit: usize) -> Self {
+        let disksize = if unit == PAGE_SIZE {
+            16 * PAGE_SIZE
+        } else {
+            2 * unit + 3 * PAGE_SIZE
+        };
+        Self { unit, disksize }
+    }
+
+    fn units(&self) -> usize {
+        self.disksize.div_ceil(self.unit)
+    }
+
+    fn unit_range(&self, u: usize) -> std::ops::Range<usize> {
+        u * self.unit..((u + 1) * self.unit).min(self.disksize)
+    }
+}
+
+/// An offset: unit-aligned, page-aligned or anywhere.
+fn offset(s: Shape) -> impl Strategy<Value = u64> {
     prop_oneof![
-        (0..PAGES).prop_map(|p| (p * PAGE_SIZE) as u64),
-        (0..DISKSIZE).prop_map(|o| o as u64),
+        (0..s.units()).prop_map(move |u| (u * s.unit) as u64),
+        (0..s.disksize / PAGE_SIZE).prop_map(|p| (p * PAGE_SIZE) as u64),
+        (0..s.disksize).prop_map(|o| o as u64),
     ]
 }
 
-/// A length: whole pages, or anything up to three pages.
-fn length() -> impl Strategy<Value = usize> {
+/// A length: whole units, whole pages, anything up to a unit and a half, or a few bytes.
+fn length(s: Shape) -> impl Strategy<Value = usize> {
     prop_oneof![
+        (1usize..=2).prop_map(move |n| n * s.unit),
         (1usize..=4).prop_map(|n| n * PAGE_SIZE),
-        1usize..=3 * PAGE_SIZE,
+        1usize..=s.unit * 3 / 2,
         1usize..=16,
     ]
 }
 
-/// Clamps a request to the device.
-fn clamp(offset: u64, len: usize) -> usize {
-    len.min(DISKSIZE - offset as usize)
-}
-
-fn op() -> impl Strategy<Value = Op> {
+fn op(s: Shape) -> impl Strategy<Value = Op> {
+    let clamp = move |o: u64, l: usize| l.min(s.disksize - o as usize);
     prop_oneof![
-        10 => (offset(), length(), fill()).prop_map(|(o, l, f)| Op::Write(o, clamp(o, l), f)),
-        3 => (offset(), length()).prop_map(|(o, l)| Op::Read(o, clamp(o, l))),
-        2 => (offset(), length()).prop_map(|(o, l)| Op::Discard(o, clamp(o, l) as u64)),
-        2 => (offset(), length()).prop_map(|(o, l)| Op::WriteZeroes(o, clamp(o, l) as u64)),
-        1 => (0..DISKSIZE as u64 + 8, 1usize..=2 * PAGE_SIZE)
-            .prop_map(|(o, l)| Op::OutOfRange(o, l.max((DISKSIZE + 1).saturating_sub(o as usize)))),
+        10 => (offset(s), length(s), fill()).prop_map(move |(o, l, f)| Op::Write(o, clamp(o, l), f)),
+        3 => (offset(s), length(s)).prop_map(move |(o, l)| Op::Read(o, clamp(o, l))),
+        2 => (offset(s), length(s)).prop_map(move |(o, l)| Op::Discard(o, clamp(o, l) as u64)),
+        2 => (offset(s), length(s)).prop_map(move |(o, l)| Op::WriteZeroes(o, clamp(o, l) as u64)),
+        1 => (0..s.disksize as u64 + 8, 1usize..=s.unit)
+            .prop_map(move |(o, l)| Op::OutOfRange(o, l.max((s.disksize + 1).saturating_sub(o as usize)))),
         1 => Just(Op::Compact),
         1 => Just(Op::Flush),
-        1 => Just(Op::Reset),
+        1 => Just(Op::Clear),
     ]
 }
 
 /// Each algorithm runs on a different pool shape: chain sizes 1 to 16, both zspage rules,
 /// both object layouts.
-fn device(algorithm: Algorithm) -> Zram {
+fn device(algorithm: Algorithm, s: Shape) -> Zram {
     let (chain_size, geometry, shards, header) = match algorithm {
         Algorithm::Lz4 => (4, Geometry::Seed, 1, Header::Handle),
         Algorithm::Zstd => (8, Geometry::MinWaste, 2, Header::Omitted),
@@ -139,69 +155,83 @@ fn device(algorithm: Algorithm) -> Zram {
         _ => (16, Geometry::MinWaste, 3, Header::Handle),
     };
     Zram::new(ZramConfig {
-        disksize: DISKSIZE as u64,
+        disksize: s.disksize as u64,
         algorithm,
-        params: AlgorithmParams::default(),
-        chain_size,
-        geometry,
-        header,
-        mem_limit: 0,
-        shards,
+        unit_size: Size(s.unit as u64),
+        pool: PoolConfig {
+            chain_size,
+            geometry,
+            header,
+            shards,
+            ..PoolConfig::default()
+        },
         auto_compact: None,
-        unit_size: PAGE_SIZE,
+        ..ZramConfig::default()
     })
     .expect("device")
 }
 
-/// The model's view of a page: its fill word if same-filled.
-fn same_word(page: &[u8]) -> Option<u64> {
-    let first = u64::from_ne_bytes(page[..8].try_into().unwrap());
-    page.chunks_exact(8)
+fn same_word(bytes: &[u8]) -> Option<u64> {
+    let first = u64::from_ne_bytes(bytes[..8].try_into().unwrap());
+    bytes
+        .chunks_exact(8)
         .all(|w| u64::from_ne_bytes(w.try_into().unwrap()) == first)
         .then_some(first)
 }
 
-fn check(zram: &Zram, model: &[u8], step: &str) -> Result<(), TestCaseError> {
-    let mut image = vec![0xA5u8; DISKSIZE];
+fn check(zram: &Zram, s: Shape, model: &[u8], step: &str) -> Result<(), TestCaseError> {
+    let mut image = vec![0xA5u8; s.disksize];
     zram.read(0, &mut image).expect("read whole device");
-    for p in 0..PAGES {
-        let r = p * PAGE_SIZE..(p + 1) * PAGE_SIZE;
-        prop_assert!(image[r.clone()] == model[r], "{step}: page {p} differs");
+    for u in 0..s.units() {
+        let r = s.unit_range(u);
+        prop_assert!(image[r.clone()] == model[r], "{step}: unit {u} differs");
     }
     if let Err(e) = zram.pool().check_invariants() {
         return Err(TestCaseError::fail(format!("{step}: invariants: {e}")));
     }
 
-    let huge_class = zram.huge_class_size();
-    let (mut allocated, mut same, mut huge, mut lens) = (0u64, 0u64, 0u64, 0u64);
-    for p in 0..PAGES {
-        let e = zram.slot(p).expect("slot in range");
-        let page = &model[p * PAGE_SIZE..(p + 1) * PAGE_SIZE];
-        match same_word(page) {
-            // Never written, discarded or zeroed pages hold nothing; written zero pages
+    let hcs = zram.huge_class_size();
+    let (mut stored, mut same, mut huge, mut lens, mut objects) = (0u64, 0u64, 0u64, 0u64, 0);
+    for u in 0..s.units() {
+        let e = zram.slot(u).expect("unit in range");
+        let r = s.unit_range(u);
+        let ulen = r.len();
+        let pages = (ulen / PAGE_SIZE) as u64;
+        match same_word(&model[r]) {
+            // Never written, discarded or zeroed units hold nothing; written zero units
             // hold the word 0.
             Some(0) if e == SlotEntry::default() => {}
             Some(w) => {
-                prop_assert!(e.flags.contains(Flags::SAME), "{step}: page {p}: {e:?}");
-                prop_assert_eq!(e.handle, w, "{}: page {} fill word", step, p);
-                prop_assert_eq!(e.len, 0, "{}: page {}", step, p);
+                prop_assert!(e.flags.contains(Flags::SAME), "{step}: unit {u}: {e:?}");
+                prop_assert_eq!(e.handle, w, "{}: unit {} fill word", step, u);
+                prop_assert_eq!(e.len, 0, "{}: unit {}", step, u);
             }
             None => {
-                prop_assert!(!e.flags.contains(Flags::SAME), "{step}: page {p}: {e:?}");
-                prop_assert!(e.len > 0, "{step}: page {p}: {e:?}");
-                let is_huge = e.flags.contains(Flags::HUGE);
-                prop_assert_eq!(is_huge, e.len == PAGE_SIZE, "{}: page {} {:?}", step, p, e);
-                prop_assert!(is_huge || e.len < huge_class, "{step}: page {p}: {e:?}");
+                prop_assert!(!e.flags.contains(Flags::SAME), "{step}: unit {u}: {e:?}");
+                prop_assert!(e.len > 0, "{step}: unit {u}: {e:?}");
+                let raw = e.flags.contains(Flags::HUGE);
+                prop_assert_eq!(raw, e.len == ulen, "{}: unit {} {:?}", step, u, e);
+                prop_assert!(
+                    raw || e.len < ulen - PAGE_SIZE + hcs,
+                    "{step}: unit {u}: {e:?}"
+                );
             }
         }
-        allocated += u64::from(e.is_allocated());
-        same += u64::from(e.flags.contains(Flags::SAME));
-        huge += u64::from(e.flags.contains(Flags::HUGE));
+        if e.is_allocated() {
+            stored += pages;
+        }
+        if e.len > 0 {
+            objects += links(e.len) + 1;
+        }
+        same += pages * u64::from(e.flags.contains(Flags::SAME));
+        huge += pages * u64::from(e.flags.contains(Flags::HUGE));
         lens += e.len as u64;
     }
+    prop_assert_eq!(zram.slot(s.units()), None, "{}", step);
+    prop_assert_eq!(zram.pool().stats().obj_used, objects, "{}: objects", step);
 
     let m = zram.mm_stat();
-    prop_assert_eq!(m.orig_data_size, allocated * PAGE_SIZE as u64, "{}", step);
+    prop_assert_eq!(m.orig_data_size, stored * PAGE_SIZE as u64, "{}", step);
     prop_assert_eq!(m.same_pages, same, "{}", step);
     prop_assert_eq!(m.huge_pages, huge, "{}", step);
     prop_assert_eq!(m.compr_data_size, lens, "{}", step);
@@ -218,12 +248,12 @@ fn check(zram: &Zram, model: &[u8], step: &str) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-fn run(algorithm: Algorithm, ops: &[Op]) -> Result<(), TestCaseError> {
-    let zram = device(algorithm);
-    let mut model = vec![0u8; DISKSIZE];
-    check(&zram, &model, "start")?;
+fn run(algorithm: Algorithm, s: Shape, ops: &[Op]) -> Result<(), TestCaseError> {
+    let zram = device(algorithm, s);
+    let mut model = vec![0u8; s.disksize];
+    check(&zram, s, &model, "start")?;
     for (i, op) in ops.iter().enumerate() {
-        let step = format!("{algorithm} step {i} {op:?}");
+        let step = format!("{algorithm} unit {} step {i} {op:?}", s.unit);
         match *op {
             Op::Write(off, len, f) => {
                 let data = bytes(f, off, len);
@@ -237,7 +267,8 @@ fn run(algorithm: Algorithm, ops: &[Op]) -> Result<(), TestCaseError> {
             }
             Op::Discard(off, len) => {
                 zram.discard(off, len).expect("discard");
-                // Only whole pages inside the range are freed; the edges keep their data.
+                // The whole pages inside the range read back as zeroes; the edges keep
+                // their data, as with pages.
                 let first = (off as usize).div_ceil(PAGE_SIZE);
                 let end = (off as usize + len as usize) / PAGE_SIZE;
                 for p in first..end {
@@ -257,10 +288,7 @@ fn run(algorithm: Algorithm, ops: &[Op]) -> Result<(), TestCaseError> {
                 prop_assert!(is_oor(zram.write(off, &vec![0xEE; len])), "{step}: write");
                 prop_assert!(is_oor(zram.discard(off, len as u64)), "{step}: discard");
                 prop_assert!(is_oor(zram.write_zeroes(off, len as u64)), "{step}: zeroes");
-                prop_assert!(
-                    is_oor(zram.write(u64::MAX, &[1])),
-                    "{step}: overflowing offset"
-                );
+                prop_assert!(is_oor(zram.write(u64::MAX, &[1])), "{step}: overflow");
                 prop_assert_eq!(zram.mm_stat(), before, "{}", step);
                 prop_assert_eq!(zram.io_stat(), failed, "{}", step);
             }
@@ -268,19 +296,19 @@ fn run(algorithm: Algorithm, ops: &[Op]) -> Result<(), TestCaseError> {
                 zram.compact();
             }
             Op::Flush => zram.flush().expect("flush"),
-            Op::Reset => {
-                zram.reset();
+            Op::Clear => {
+                zram.clear();
                 model.fill(0);
                 let m = zram.mm_stat();
                 prop_assert_eq!(m.orig_data_size, 0, "{}", step);
                 prop_assert_eq!(m.mem_used_total, 0, "{}", step);
                 prop_assert_eq!(m.huge_pages_since, 0, "{}", step);
-                for p in 0..PAGES {
-                    prop_assert_eq!(zram.slot(p), Some(SlotEntry::default()), "{}", step);
+                for u in 0..s.units() {
+                    prop_assert_eq!(zram.slot(u), Some(SlotEntry::default()), "{}", step);
                 }
             }
         }
-        check(&zram, &model, &step)?;
+        check(&zram, s, &model, &step)?;
     }
     Ok(())
 }
@@ -288,57 +316,115 @@ fn run(algorithm: Algorithm, ops: &[Op]) -> Result<(), TestCaseError> {
 fn config(cases: u32) -> ProptestConfig {
     ProptestConfig {
         cases,
-        max_shrink_iters: 2000,
+        max_shrink_iters: 1000,
         ..ProptestConfig::default()
     }
 }
+
+const K: usize = 1024;
 
 proptest! {
     #![proptest_config(config(1024))]
 
     #[test]
-    fn lz4_matches_the_model(ops in prop::collection::vec(op(), 1..80)) {
-        run(Algorithm::Lz4, &ops)?;
+    fn lz4_pages_match_the_model(ops in prop::collection::vec(op(Shape::new(PAGE_SIZE)), 1..80)) {
+        run(Algorithm::Lz4, Shape::new(PAGE_SIZE), &ops)?;
     }
 
     #[test]
-    fn zstd_matches_the_model(ops in prop::collection::vec(op(), 1..80)) {
-        run(Algorithm::Zstd, &ops)?;
+    fn zstd_pages_match_the_model(ops in prop::collection::vec(op(Shape::new(PAGE_SIZE)), 1..80)) {
+        run(Algorithm::Zstd, Shape::new(PAGE_SIZE), &ops)?;
     }
 
     #[test]
-    fn lzo_matches_the_model(ops in prop::collection::vec(op(), 1..80)) {
-        run(Algorithm::Lzo, &ops)?;
+    fn lzo_pages_match_the_model(ops in prop::collection::vec(op(Shape::new(PAGE_SIZE)), 1..80)) {
+        run(Algorithm::Lzo, Shape::new(PAGE_SIZE), &ops)?;
     }
 
     #[test]
-    fn lzo_rle_matches_the_model(ops in prop::collection::vec(op(), 1..80)) {
-        run(Algorithm::LzoRle, &ops)?;
+    fn lzo_rle_pages_match_the_model(ops in prop::collection::vec(op(Shape::new(PAGE_SIZE)), 1..80)) {
+        run(Algorithm::LzoRle, Shape::new(PAGE_SIZE), &ops)?;
     }
 }
 
-/// A fixed sequence that visits every storage kind on one page and checks each transition
-/// (the random runs may not hit all of them in a small case count).
+proptest! {
+    #![proptest_config(config(256))]
+
+    #[test]
+    fn lz4_8k_units_match_the_model(ops in prop::collection::vec(op(Shape::new(8 * K)), 1..60)) {
+        run(Algorithm::Lz4, Shape::new(8 * K), &ops)?;
+    }
+
+    #[test]
+    fn zstd_8k_units_match_the_model(ops in prop::collection::vec(op(Shape::new(8 * K)), 1..60)) {
+        run(Algorithm::Zstd, Shape::new(8 * K), &ops)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(config(128))]
+
+    #[test]
+    fn lz4_32k_units_match_the_model(ops in prop::collection::vec(op(Shape::new(32 * K)), 1..60)) {
+        run(Algorithm::Lz4, Shape::new(32 * K), &ops)?;
+    }
+
+    #[test]
+    fn zstd_32k_units_match_the_model(ops in prop::collection::vec(op(Shape::new(32 * K)), 1..60)) {
+        run(Algorithm::Zstd, Shape::new(32 * K), &ops)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(config(48))]
+
+    #[test]
+    fn lz4_128k_units_match_the_model(ops in prop::collection::vec(op(Shape::new(128 * K)), 1..60)) {
+        run(Algorithm::Lz4, Shape::new(128 * K), &ops)?;
+    }
+
+    #[test]
+    fn zstd_128k_units_match_the_model(ops in prop::collection::vec(op(Shape::new(128 * K)), 1..60)) {
+        run(Algorithm::Zstd, Shape::new(128 * K), &ops)?;
+    }
+}
+
+/// A fixed sequence through every storage kind of one slot and every edge (partial write
+/// into an empty slot, raw → compressed → same-filled → freed, chains of several pieces,
+/// discard and write-zeroes of part of a slot, the short last unit), for every unit size
+/// and algorithm (the random runs may not hit all of these in a small case count).
 #[test]
-fn one_page_through_every_storage_kind() {
-    for algorithm in Algorithm::ALL {
+fn one_slot_through_every_storage_kind() {
+    for unit in [PAGE_SIZE, 8 * K, 32 * K, 64 * K, 128 * K] {
+        let s = Shape::new(unit);
+        let u = unit as u64;
+        let last = (2 * unit) as u64;
         let seq = [
-            Op::Write(0, PAGE_SIZE, Fill::Text(7)),
-            Op::Write(0, PAGE_SIZE, Fill::Random(9)),
-            Op::Write(0, PAGE_SIZE, Fill::Word(0xDEAD_BEEF_0000_0001)),
-            Op::Write(0, PAGE_SIZE, Fill::Zero),
             Op::Write(100, 7, Fill::Random(3)),
-            Op::Write(PAGE_SIZE as u64 - 3, 9, Fill::Text(5)),
-            Op::Discard(1, PAGE_SIZE as u64 * 2),
-            Op::Discard(0, PAGE_SIZE as u64 * 2),
-            Op::Write(0, 3 * PAGE_SIZE, Fill::Random(11)),
-            Op::WriteZeroes(10, PAGE_SIZE as u64 * 2),
+            Op::Write(0, unit, Fill::Text(7)),
+            Op::Write(0, unit, Fill::Random(9)),
+            Op::Write(0, unit / 2, Fill::Zero),
+            Op::Write(0, unit, Fill::Word(0xDEAD_BEEF_0000_0001)),
+            Op::Write(0, unit, Fill::Zero),
+            Op::Write(u - 3, 9, Fill::Text(5)),
+            Op::Discard(1, u * 2),
+            Op::Discard(0, u * 2),
+            Op::Write(0, 2 * unit + 3 * PAGE_SIZE, Fill::Random(11)),
+            Op::WriteZeroes(10, u + 17),
+            Op::Discard(u + PAGE_SIZE as u64, PAGE_SIZE as u64 * 2 + 1),
+            Op::Write(last, 3 * PAGE_SIZE, Fill::Text(12)),
+            Op::Read(last + 5, 100),
+            Op::WriteZeroes(last, 3 * PAGE_SIZE as u64),
             Op::Compact,
-            Op::Reset,
-            Op::Write(0, PAGE_SIZE, Fill::Word(u64::MAX)),
+            Op::Flush,
+            Op::Clear,
+            Op::Write(0, unit, Fill::Word(u64::MAX)),
+            Op::Read(3, unit - 6),
         ];
-        if let Err(e) = run(algorithm, &seq) {
-            panic!("{algorithm}: {e}");
+        for algorithm in Algorithm::ALL {
+            if let Err(e) = run(algorithm, s, &seq) {
+                panic!("{algorithm} unit {unit}: {e}");
+            }
         }
     }
 }

@@ -15,8 +15,6 @@ fn device() -> Zram {
         disksize: (PAGES * PAGE_SIZE) as u64,
         algorithm: Algorithm::Lz4,
         params: AlgorithmParams::default(),
-        chain_size: 8,
-        mem_limit: 0,
         auto_compact: None,
         ..ZramConfig::default()
     })
@@ -362,7 +360,7 @@ fn reset_zeroes_everything() {
     assert!(m.pages_compacted > 0, "{m:?}");
 
     zram.set_mem_limit(0);
-    zram.reset();
+    zram.clear();
     let m = zram.mm_stat();
     assert_eq!(nine(&m), [0; 9], "{m:?}");
     assert_eq!(zram.io_stat(), Default::default());

@@ -1,9 +1,9 @@
 //! Compression units larger than a page: the stats they report, the memory they give back,
 //! `mem_limit`, metadata, and the `unit_size` values that are refused.
 
+use zram::links;
 use zram::slot::{Flags, SlotEntry};
-use zram::unit::links;
-use zram::{Algorithm, Error, PAGE_SIZE, Zram, ZramConfig};
+use zram::{Algorithm, BlockState, Error, PAGE_SIZE, PoolConfig, Size, Zram, ZramConfig};
 
 const K: usize = 1024;
 
@@ -11,8 +11,11 @@ fn device(algorithm: Algorithm, unit_size: usize, disksize: usize) -> Zram {
     Zram::new(ZramConfig {
         disksize: disksize as u64,
         algorithm,
-        unit_size,
-        shards: 1,
+        unit_size: Size(unit_size as u64),
+        pool: PoolConfig {
+            shards: 1,
+            ..PoolConfig::default()
+        },
         auto_compact: None,
         ..ZramConfig::default()
     })
@@ -191,7 +194,7 @@ fn long_streams_take_a_chain_and_are_freed_whole() {
         data[5] = 1;
         assert!(back == data, "{algorithm}");
         data[5] = random(unit / 2, 7)[5];
-        zram.reset();
+        zram.clear();
         assert_eq!(objects(&zram), 0);
         assert_eq!(zram.mm_stat().mem_used_total, 0);
     }
@@ -237,9 +240,9 @@ fn a_short_last_unit_counts_its_own_pages() {
     );
     assert_eq!(zram.slot(1).unwrap().len, 3 * PAGE_SIZE);
     // Asking by offset finds the unit holding it (what a per-page caller needs).
-    assert_eq!(zram.slot_at(unit as u64 + 5000), zram.slot(1));
-    assert_eq!(zram.slot_at(5000), Some(SlotEntry::default()));
-    assert_eq!(zram.slot_at(disksize as u64), None);
+    assert_eq!(zram.block_state(unit as u64 + 5000), Some(BlockState::Data));
+    assert_eq!(zram.block_state(5000), Some(BlockState::Hole));
+    assert_eq!(zram.block_state(disksize as u64), None);
     zram.write(unit as u64 + 7, &[9; 5]).unwrap();
     zram.discard(unit as u64, 3 * PAGE_SIZE as u64).unwrap();
     assert_eq!(zram.mm_stat().orig_data_size, 0);
@@ -291,9 +294,9 @@ fn metadata_is_one_slot_per_unit() {
 
 #[test]
 fn bad_unit_sizes_are_refused() {
-    let cfg = |unit_size, disksize| ZramConfig {
+    let cfg = |unit_size: usize, disksize| ZramConfig {
         disksize,
-        unit_size,
+        unit_size: Size(unit_size as u64),
         auto_compact: None,
         ..ZramConfig::default()
     };
@@ -304,16 +307,21 @@ fn bad_unit_sizes_are_refused() {
         (256 * K, "to 131072"),
     ] {
         match Zram::new(cfg(unit, 1 << 20)) {
-            Err(Error::InvalidParam(m)) => assert!(m.contains(why), "{unit}: {m}"),
+            Err(e @ Error::InvalidUnitSize(u)) if u == unit as u64 => {
+                assert_eq!(e.errno(), libc::EINVAL);
+                assert!(e.to_string().contains(why), "{unit}: {e}");
+            }
             other => panic!("unit_size {unit}: {other:?}"),
         }
     }
     match Zram::new(cfg(64 * K, 32 * K as u64)) {
-        Err(Error::InvalidParam(m)) => assert!(m.contains("larger than the device"), "{m}"),
+        Err(e @ Error::UnitLargerThanDevice { .. }) => {
+            assert!(e.to_string().contains("larger than the device"), "{e}")
+        }
         other => panic!("unit larger than the device: {other:?}"),
     }
     // The largest unit equal to the device is fine, as is the default.
     let z = Zram::new(cfg(128 * K, 128 * K as u64)).unwrap();
     assert_eq!(z.unit_size(), 128 * K);
-    assert_eq!(ZramConfig::default().unit_size, PAGE_SIZE);
+    assert_eq!(ZramConfig::default().unit_size, Size(PAGE_SIZE as u64));
 }

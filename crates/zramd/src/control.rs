@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::device::DeviceError;
+use crate::device::{Device, DeviceError};
 use crate::registry::{DeviceStat, Registry};
 
 /// Longest request accepted.
@@ -30,8 +30,14 @@ pub enum Request {
         /// Device name; all when absent.
         device: Option<String>,
     },
-    /// Free all data of a device and zero its counters.
+    /// The kernel's reset: free all data and make the device uninitialized.
     Reset {
+        /// Device name.
+        device: String,
+    },
+    /// Free all data and zero the counters, keeping the size and settings (beyond the
+    /// kernel).
+    Clear {
         /// Device name.
         device: String,
     },
@@ -122,20 +128,8 @@ pub fn handle(registry: &Registry, request: &Request) -> Response {
             Ok(None) => Response::error(format!("{name} is not initialized")),
             Err(e) => Response::error(e),
         },
-        Request::Reset { device: name } => match device(name) {
-            Ok(d) => match d.clear() {
-                Ok(()) => Response {
-                    ok: true,
-                    ..Response::default()
-                },
-                Err(DeviceError::Busy) => Response::error(format!(
-                    "{name} is busy: {} client(s) have it open (the kernel refuses reset too)",
-                    d.openers()
-                )),
-                Err(e) => Response::error(format!("{name}: {e}")),
-            },
-            Err(e) => Response::error(e),
-        },
+        Request::Reset { device: name } => life_cycle(registry, name, Device::reset),
+        Request::Clear { device: name } => life_cycle(registry, name, Device::clear),
         Request::Set {
             device: name,
             attr,
@@ -170,6 +164,28 @@ pub fn handle(registry: &Registry, request: &Request) -> Response {
                 )),
             },
         },
+    }
+}
+
+/// Resets or clears device `name`, saying who holds it when it is busy.
+fn life_cycle(
+    registry: &Registry,
+    name: &str,
+    change: impl FnOnce(&Device) -> Result<(), DeviceError>,
+) -> Response {
+    let Some(d) = registry.device(name) else {
+        return Response::error(format!("no device named {name:?}"));
+    };
+    match change(d) {
+        Ok(()) => Response {
+            ok: true,
+            ..Response::default()
+        },
+        Err(DeviceError::Busy) => Response::error(format!(
+            "{name} is busy: {} client(s) have it open (the kernel refuses a reset too)",
+            d.openers()
+        )),
+        Err(e) => Response::error(format!("{name}: {e}")),
     }
 }
 

@@ -11,10 +11,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::{Mutex, RwLock};
-use zram::{Algorithm, AlgorithmParams, Zram, ZramConfig};
+use zram::{Zram, ZramConfig};
 
 /// What a refused change says, with the errno the kernel's sysfs gives.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum DeviceError {
     /// The device is initialized (settings) or open (reset).
     #[error("device is busy")]
@@ -22,54 +22,34 @@ pub enum DeviceError {
     /// The device is not initialized.
     #[error("device is not initialized")]
     NotInitialized,
-    /// A bad value.
-    #[error("invalid value: {0}")]
-    Invalid(String),
-    /// The allocator or compressor could not be set up.
-    #[error("out of memory: {0}")]
-    NoMemory(String),
+    /// A value that does not parse for the attribute it was written to.
+    #[error("invalid value {value:?} for {attr}")]
+    Invalid {
+        /// The attribute or setting.
+        attr: &'static str,
+        /// What was written.
+        value: String,
+    },
+    /// The device refused the settings or the size (a bad setting, or no memory).
+    #[error(transparent)]
+    Zram(#[from] zram::Error),
 }
 
 impl DeviceError {
+    /// A value that does not parse for `attr`.
+    pub fn invalid(attr: &'static str, value: impl Into<String>) -> Self {
+        DeviceError::Invalid {
+            attr,
+            value: value.into(),
+        }
+    }
+
     /// The errno the kernel returns for this.
     pub fn errno(&self) -> i32 {
         match self {
             DeviceError::Busy => libc::EBUSY,
-            DeviceError::NotInitialized | DeviceError::Invalid(_) => libc::EINVAL,
-            DeviceError::NoMemory(_) => libc::ENOMEM,
-        }
-    }
-}
-
-/// Settings used at the next initialization.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    /// Compression algorithm.
-    pub algorithm: Algorithm,
-    /// Its parameters.
-    pub params: AlgorithmParams,
-    /// zsmalloc chain size.
-    pub chain_size: usize,
-    /// Memory limit in bytes (0 = none).
-    pub mem_limit: u64,
-    /// zsmalloc shards per size class (0 = one per CPU).
-    pub shards: usize,
-    /// Where zsmalloc objects keep their handle (default: omitted, 8 bytes less per object).
-    pub header: zsmalloc::class::Header,
-    /// Bytes compressed as one stream (4096: the kernel's page at a time; up to 128 KiB).
-    pub unit_size: usize,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            algorithm: Algorithm::Lz4,
-            params: AlgorithmParams::default(),
-            chain_size: zsmalloc::class::DEFAULT_CHAIN_SIZE,
-            mem_limit: 0,
-            shards: 0,
-            header: zsmalloc::class::Header::Omitted,
-            unit_size: zram::PAGE_SIZE,
+            DeviceError::NotInitialized | DeviceError::Invalid { .. } => libc::EINVAL,
+            DeviceError::Zram(e) => e.errno(),
         }
     }
 }
@@ -78,7 +58,9 @@ impl Default for Settings {
 #[derive(Debug)]
 pub struct Device {
     name: String,
-    settings: Mutex<Settings>,
+    /// The settings for the next initialization (the current ones while initialized);
+    /// `disksize` is taken at initialization.
+    settings: Mutex<ZramConfig>,
     zram: RwLock<Option<Arc<Zram>>>,
     openers: Arc<AtomicUsize>,
 }
@@ -112,7 +94,7 @@ impl Drop for Opened {
 
 impl Device {
     /// An uninitialized device.
-    pub fn new(name: impl Into<String>, settings: Settings) -> Self {
+    pub fn new(name: impl Into<String>, settings: ZramConfig) -> Self {
         Self {
             name: name.into(),
             settings: Mutex::new(settings),
@@ -124,7 +106,7 @@ impl Device {
     /// An initialized device of `disksize` bytes.
     pub fn with_size(
         name: impl Into<String>,
-        settings: Settings,
+        settings: ZramConfig,
         disksize: u64,
     ) -> Result<Self, DeviceError> {
         let dev = Self::new(name, settings);
@@ -165,14 +147,14 @@ impl Device {
 
     /// A copy of the settings for the next initialization (the current ones when
     /// initialized).
-    pub fn settings(&self) -> Settings {
+    pub fn settings(&self) -> ZramConfig {
         self.settings.lock().clone()
     }
 
     /// Changes settings; only while uninitialized (`EBUSY` otherwise), except `mem_limit`.
     pub fn update_settings(
         &self,
-        f: impl FnOnce(&mut Settings) -> Result<(), DeviceError>,
+        f: impl FnOnce(&mut ZramConfig) -> Result<(), DeviceError>,
     ) -> Result<(), DeviceError> {
         let zram = self.zram.write();
         if zram.is_some() {
@@ -183,7 +165,7 @@ impl Device {
 
     /// Sets the memory limit (any time; applies at once when initialized).
     pub fn set_mem_limit(&self, bytes: u64) {
-        self.settings.lock().mem_limit = bytes;
+        self.settings.lock().mem_limit = zram::Size(bytes);
         if let Some(z) = self.zram.read().as_ref() {
             z.set_mem_limit(bytes);
         }
@@ -192,27 +174,15 @@ impl Device {
     /// Initializes the device with `disksize` bytes (`EBUSY` when already initialized).
     pub fn init(&self, disksize: u64) -> Result<(), DeviceError> {
         if disksize == 0 {
-            return Err(DeviceError::Invalid("disksize must be more than 0".into()));
+            return Err(DeviceError::invalid("disksize", "0"));
         }
         let mut zram = self.zram.write();
         if zram.is_some() {
             return Err(DeviceError::Busy);
         }
-        let s = self.settings.lock().clone();
         let dev = Zram::new(ZramConfig {
             disksize,
-            algorithm: s.algorithm,
-            params: s.params,
-            chain_size: s.chain_size,
-            mem_limit: s.mem_limit,
-            shards: s.shards,
-            header: s.header,
-            unit_size: s.unit_size,
-            ..ZramConfig::default()
-        })
-        .map_err(|e| match e {
-            zram::Error::InvalidParam(m) | zram::Error::InvalidSize(m) => DeviceError::Invalid(m),
-            other => DeviceError::NoMemory(other.to_string()),
+            ..self.settings.lock().clone()
         })?;
         *zram = Some(Arc::new(dev));
         Ok(())
@@ -226,12 +196,12 @@ impl Device {
             return Err(DeviceError::Busy);
         }
         *zram = None;
-        self.settings.lock().mem_limit = 0;
+        self.settings.lock().mem_limit = zram::Size(0);
         Ok(())
     }
 
     /// Frees all data but keeps the device initialized with the same size and settings
-    /// (`EBUSY` while open): what `zramd reset` does to a served device.
+    /// (`EBUSY` while open): `zramd clear`, beyond the kernel.
     pub fn clear(&self) -> Result<(), DeviceError> {
         let zram = self.zram.write();
         if self.openers() > 0 {
@@ -239,7 +209,7 @@ impl Device {
         }
         match zram.as_ref() {
             Some(z) => {
-                z.reset();
+                z.clear();
                 Ok(())
             }
             None => Err(DeviceError::NotInitialized),
@@ -253,26 +223,26 @@ mod tests {
 
     #[test]
     fn life_cycle_follows_the_kernel() {
-        let d = Device::new("zram0", Settings::default());
+        let d = Device::new("zram0", ZramConfig::default());
         assert!(!d.initialized());
         assert!(d.open().is_none());
         d.update_settings(|s| {
-            s.algorithm = Algorithm::Zstd;
+            s.algorithm = zram::Algorithm::Zstd;
             Ok(())
         })
         .unwrap();
-        assert_eq!(
-            d.init(0),
-            Err(DeviceError::Invalid("disksize must be more than 0".into()))
-        );
+        assert_eq!(d.init(0).unwrap_err().errno(), libc::EINVAL);
         d.init(1 << 20).unwrap();
-        assert_eq!(d.init(1 << 20), Err(DeviceError::Busy));
-        assert_eq!(d.update_settings(|_| Ok(())), Err(DeviceError::Busy));
-        assert_eq!(d.zram().unwrap().algorithm(), Algorithm::Zstd);
+        assert!(matches!(d.init(1 << 20), Err(DeviceError::Busy)));
+        assert!(matches!(
+            d.update_settings(|_| Ok(())),
+            Err(DeviceError::Busy)
+        ));
+        assert_eq!(d.zram().unwrap().algorithm(), zram::Algorithm::Zstd);
         let opened = d.open().unwrap();
         opened.write(0, &[7u8; 4096]).unwrap();
-        assert_eq!(d.reset(), Err(DeviceError::Busy));
-        assert_eq!(d.clear(), Err(DeviceError::Busy));
+        assert!(matches!(d.reset(), Err(DeviceError::Busy)));
+        assert!(matches!(d.clear(), Err(DeviceError::Busy)));
         drop(opened);
         d.set_mem_limit(1 << 20);
         assert_eq!(d.zram().unwrap().mm_stat().mem_limit, 1 << 20);
@@ -280,7 +250,7 @@ mod tests {
         assert_eq!(d.zram().unwrap().mm_stat().orig_data_size, 0);
         d.reset().unwrap();
         assert!(!d.initialized());
-        assert_eq!(d.settings().mem_limit, 0);
+        assert_eq!(d.settings().mem_limit, zram::Size(0));
         assert_eq!(DeviceError::Busy.errno(), libc::EBUSY);
     }
 }

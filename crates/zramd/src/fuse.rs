@@ -85,13 +85,9 @@ fn errno(e: i32) -> Errno {
     Errno::from_i32(e)
 }
 
-/// The errno for a device error on the `disk` file.
+/// The errno for a device error on the `disk` file: the device's own.
 fn io_errno(e: &zram::Error) -> Errno {
-    match e {
-        zram::Error::OutOfRange { .. } | zram::Error::MemLimit { .. } => errno(libc::ENOSPC),
-        zram::Error::Alloc(zsmalloc::Error::OutOfMemory(_)) => errno(libc::ENOSPC),
-        _ => errno(libc::EIO),
-    }
+    errno(e.errno())
 }
 
 impl ZramFs {

@@ -34,8 +34,17 @@ enum Command {
         #[command(flatten)]
         control: ControlArg,
     },
-    /// Free all data of a device and zero its counters.
+    /// The kernel's reset: free all data and make the device uninitialized (refused while
+    /// a client has it open); its size can then be set again (FUSE `disksize`).
     Reset {
+        /// Device name.
+        device: String,
+        #[command(flatten)]
+        control: ControlArg,
+    },
+    /// Free all data of a device and zero its counters, keeping its size and settings
+    /// (beyond the kernel; refused while a client has it open).
+    Clear {
         /// Device name.
         device: String,
         #[command(flatten)]
@@ -74,28 +83,9 @@ impl ControlArg {
 
 #[derive(Debug, clap::Args)]
 struct ServeArgs {
-    /// Device size (K/M/G suffixes).
-    #[arg(long, default_value = "1G")]
-    size: String,
-    /// Compression algorithm: lz4, zstd, lzo, lzo-rle.
-    #[arg(long, default_value = "lz4")]
-    algorithm: String,
-    /// zsmalloc chain size (pages per zspage at most), 1..=16.
-    #[arg(long, default_value_t = zsmalloc::class::DEFAULT_CHAIN_SIZE)]
-    chain_size: usize,
-    /// Memory limit (K/M/G suffixes; 0 = none).
-    #[arg(long, default_value = "0")]
-    mem_limit: String,
-    /// Export read-only.
-    #[arg(long)]
-    read_only: bool,
-    /// zsmalloc shards per size class (0 = one per CPU; 1 packs exactly as the kernel).
-    #[arg(long, default_value_t = 0)]
-    shards: usize,
-    /// Bytes compressed as one stream: 4K (the kernel's page at a time) up to 128K, a power
-    /// of two. Larger units compress better; reading part of one decompresses all of it.
-    #[arg(long, default_value = "4K")]
-    unit_size: String,
+    /// The device (one; a config file can have several).
+    #[command(flatten)]
+    device: DeviceSpec,
     /// NBD on HOST:PORT (repeatable; replaces the default 127.0.0.1:10809).
     #[arg(long)]
     listen: Vec<String>,
@@ -112,10 +102,27 @@ struct ServeArgs {
     /// (alone, or with --listen/--unix for NBD too).
     #[arg(long)]
     fuse: Option<PathBuf>,
-    /// TOML file with several devices (`[[device]]` tables) and the addresses.
-    #[arg(long, conflicts_with_all = ["size", "algorithm", "chain_size", "mem_limit", "read_only", "shards", "unit_size"])]
+    /// TOML file with several devices (`[[device]]` tables with the device options above as
+    /// keys: name, size, algorithm, level, mem_limit, unit_size, chain_size, geometry,
+    /// object_header, shards, read_only) and the addresses.
+    #[arg(long, conflicts_with_all = DEVICE_ARGS)]
     config: Option<PathBuf>,
 }
+
+/// The ids of the device options, which a config file replaces.
+const DEVICE_ARGS: [&str; 11] = [
+    "name",
+    "size",
+    "read_only",
+    "algorithm",
+    "level",
+    "mem_limit",
+    "unit_size",
+    "chain_size",
+    "geometry",
+    "header",
+    "shards",
+];
 
 #[derive(Debug, clap::Args)]
 struct StatArgs {
@@ -152,20 +159,7 @@ fn serve_options(a: &ServeArgs) -> anyhow::Result<ServeOptions> {
             options.metrics = options.metrics.or(file.metrics);
             options.devices = file.device;
         }
-        None => {
-            options.devices = vec![DeviceSpec {
-                name: "zram0".into(),
-                size: a.size.clone(),
-                algorithm: a.algorithm.clone(),
-                level: None,
-                chain_size: a.chain_size,
-                mem_limit: a.mem_limit.clone(),
-                read_only: a.read_only,
-                shards: a.shards,
-                unit_size: a.unit_size.clone(),
-                ..DeviceSpec::default()
-            }];
-        }
+        None => options.devices = vec![a.device.clone()],
     }
     Ok(options)
 }
@@ -226,6 +220,10 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Reset { device, control } => {
             control::call(&control.path(), &Request::Reset { device })?;
+            Ok(())
+        }
+        Command::Clear { device, control } => {
+            control::call(&control.path(), &Request::Clear { device })?;
             Ok(())
         }
         Command::Set {

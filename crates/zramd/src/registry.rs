@@ -131,11 +131,12 @@ impl Registry {
                     mm_stat_fields: mm.fields().to_vec(),
                     io_stat: io.format(),
                     io_stat_fields: [io.failed_reads, io.failed_writes, io.notify_free],
-                    debug_stat: zram
-                        .as_ref()
-                        .map_or_else(|| zram::stats::format_debug_stat(0), |z| z.debug_stat()),
-                    chain_size: settings.chain_size,
-                    unit_size: zram.as_ref().map_or(settings.unit_size, |z| z.unit_size()),
+                    debug_stat: zram::stats::format_debug_stat(),
+                    chain_size: settings.pool.chain_size,
+                    unit_size: zram.as_ref().map_or_else(
+                        || usize::try_from(settings.unit_size.bytes()).unwrap_or(usize::MAX),
+                        |z| z.unit_size(),
+                    ),
                     openers: e.device.openers(),
                 }
             })

@@ -10,84 +10,51 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use serde::Deserialize;
-use zram::{Algorithm, AlgorithmParams};
+use serde::{Deserialize, Serialize};
+use zram::config::DEFAULT_DISKSIZE;
+use zram::{Size, ZramConfig};
 
-use crate::device::{Device, Settings};
+use crate::device::Device;
 use crate::export::Export;
 use crate::registry::{Endpoint, Registry};
 
 /// The default NBD address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:10809";
 
-/// One device's settings (a `[[device]]` table of the config file, or the command line's).
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
+/// One device: its name, size and settings. The same fields, names and defaults serve the
+/// command line (`zramd serve --size 2G --algorithm zstd …`) and a config file's
+/// `[[device]]` tables (`size = "2G"`, `algorithm = "zstd"`, …); the settings are the
+/// device's own [`ZramConfig`], passed down whole.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
 pub struct DeviceSpec {
     /// Device and export name.
+    #[arg(long, default_value = "zram0")]
     pub name: String,
-    /// Size, with K/M/G suffixes.
+    /// Device size (K/M/G suffixes).
+    #[arg(long, default_value_t = DEFAULT_DISKSIZE)]
     #[serde(default = "default_size")]
-    pub size: String,
-    /// Compression algorithm.
-    #[serde(default = "default_algorithm")]
-    pub algorithm: String,
-    /// Compression level (zstd).
-    pub level: Option<i32>,
-    /// zsmalloc chain size.
-    #[serde(default = "default_chain")]
-    pub chain_size: usize,
-    /// Memory limit, with K/M/G suffixes ("0" = none).
-    #[serde(default = "default_limit")]
-    pub mem_limit: String,
-    /// Refuse writes.
+    pub size: Size,
+    /// Export read-only.
+    #[arg(long)]
     #[serde(default)]
     pub read_only: bool,
-    /// zsmalloc shards per size class (0 = one per CPU).
-    #[serde(default)]
-    pub shards: usize,
-    /// Where zsmalloc objects keep their handle: "omitted" (the default, 8 bytes less per
-    /// object) or "handle" (the kernel's layout, for like-for-like comparisons).
-    #[serde(default = "default_header")]
-    pub object_header: String,
-    /// Bytes compressed as one stream, with K suffixes: "4K" (the kernel's page at a
-    /// time) up to "128K", a power of two.
-    #[serde(default = "default_unit")]
-    pub unit_size: String,
+    /// The device's settings.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub config: ZramConfig,
 }
 
-fn default_size() -> String {
-    "1G".into()
-}
-fn default_algorithm() -> String {
-    "lz4".into()
-}
-fn default_chain() -> usize {
-    zsmalloc::class::DEFAULT_CHAIN_SIZE
-}
-fn default_limit() -> String {
-    "0".into()
-}
-fn default_header() -> String {
-    "omitted".into()
-}
-fn default_unit() -> String {
-    "4K".into()
+fn default_size() -> Size {
+    DEFAULT_DISKSIZE
 }
 
 impl Default for DeviceSpec {
     fn default() -> Self {
         Self {
             name: "zram0".into(),
-            size: default_size(),
-            algorithm: default_algorithm(),
-            level: None,
-            chain_size: default_chain(),
-            mem_limit: default_limit(),
+            size: DEFAULT_DISKSIZE,
             read_only: false,
-            shards: 0,
-            object_header: default_header(),
-            unit_size: default_unit(),
+            config: ZramConfig::default(),
         }
     }
 }
@@ -98,30 +65,13 @@ impl DeviceSpec {
         if self.name.is_empty() || self.name.contains(['/', '\0']) {
             bail!("device name {:?} is not a valid name", self.name);
         }
-        let algorithm: Algorithm = self.algorithm.parse()?;
-        let disksize = zram::size::parse_size(&self.size)?;
-        if disksize == 0 {
+        if self.size.bytes() == 0 {
             bail!("device {}: size must be more than 0", self.name);
         }
-        let unit_size = usize::try_from(zram::size::parse_size(&self.unit_size)?)
-            .with_context(|| format!("unit_size {}", self.unit_size))?;
-        zram::unit::check_unit_size(unit_size).with_context(|| format!("device {}", self.name))?;
-        let settings = Settings {
-            algorithm,
-            params: AlgorithmParams {
-                level: self.level,
-                dictionary: None,
-            },
-            chain_size: self.chain_size,
-            mem_limit: zram::size::parse_size(&self.mem_limit)?,
-            shards: self.shards,
-            header: self
-                .object_header
-                .parse()
-                .map_err(|e: String| anyhow::anyhow!("device {}: {e}", self.name))?,
-            unit_size,
-        };
-        Device::with_size(self.name.clone(), settings, disksize)
+        self.config
+            .check()
+            .with_context(|| format!("device {}", self.name))?;
+        Device::with_size(self.name.clone(), self.config.clone(), self.size.bytes())
             .with_context(|| format!("device {}", self.name))
     }
 }
@@ -150,15 +100,34 @@ impl ConfigFile {
     pub fn load(path: &std::path::Path) -> anyhow::Result<Self> {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
-        let config: ConfigFile =
-            toml::from_str(&text).with_context(|| format!("parse {}", path.display()))?;
+        Self::parse(&text).with_context(|| format!("parse {}", path.display()))
+    }
+
+    /// Parses and checks a config file's text.
+    pub fn parse(text: &str) -> anyhow::Result<Self> {
+        let raw: toml::Table = toml::from_str(text)?;
+        let config: ConfigFile = raw.clone().try_into()?;
         if config.device.is_empty() {
-            bail!("{}: no [[device]] tables", path.display());
+            bail!("no [[device]] tables");
+        }
+        // A device's settings are flattened from two structs, which serde cannot check for
+        // unknown keys: every key given must come back when the parsed device is written out.
+        let given = raw.get("device").and_then(toml::Value::as_array);
+        for (table, spec) in given.into_iter().flatten().zip(&config.device) {
+            let known = toml::Table::try_from(spec)?;
+            if let Some(key) = table
+                .as_table()
+                .into_iter()
+                .flat_map(toml::Table::keys)
+                .find(|k| !known.contains_key(*k))
+            {
+                bail!("device {:?}: unknown setting {key:?}", spec.name);
+            }
         }
         let mut names: Vec<&str> = config.device.iter().map(|d| d.name.as_str()).collect();
         names.sort_unstable();
         if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
-            bail!("{}: device name {:?} used twice", path.display(), w[0]);
+            bail!("device name {:?} used twice", w[0]);
         }
         Ok(config)
     }
@@ -397,7 +366,7 @@ pub fn run(options: &ServeOptions) -> anyhow::Result<()> {
                 "  {:8} {} {} -> {}",
                 spec.name,
                 spec.size,
-                spec.algorithm,
+                spec.config.algorithm,
                 at.uri(&spec.name)
             );
         }
@@ -446,7 +415,7 @@ pub fn run(options: &ServeOptions) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use zsmalloc::class::Header;
+    use zram::Header;
 
     fn header_of(spec: &DeviceSpec) -> anyhow::Result<Header> {
         let dev = spec.build()?;
@@ -457,14 +426,56 @@ mod tests {
     #[test]
     fn object_header_setting() {
         let mut spec = DeviceSpec {
-            size: "1M".into(),
+            size: Size(1 << 20),
             ..DeviceSpec::default()
         };
         assert_eq!(header_of(&spec).unwrap(), Header::Omitted);
-        spec.object_header = "handle".into();
+        spec.config.pool.header = Header::Handle;
         assert_eq!(header_of(&spec).unwrap(), Header::Handle);
-        spec.object_header = "inline".into();
-        let err = header_of(&spec).unwrap_err().to_string();
-        assert!(err.contains("unknown object header"), "{err}");
+        let err = ConfigFile::parse("[[device]]\nname = \"a\"\nobject_header = \"inline\"\n")
+            .unwrap_err();
+        let err = format!("{err:#}");
+        assert!(err.contains("inline") && err.contains("omitted"), "{err}");
+    }
+
+    #[test]
+    fn config_file_keys_are_the_settings() {
+        let c = ConfigFile::parse(
+            "[[device]]\nname = \"a\"\nsize = \"64M\"\nalgorithm = \"zstd\"\nlevel = 5\n\
+             chain_size = 4\ngeometry = \"seed\"\nunit_size = \"32K\"\nread_only = true\n\
+             [[device]]\nname = \"b\"\n",
+        )
+        .unwrap();
+        let a = &c.device[0];
+        assert_eq!(a.size, Size(64 << 20));
+        assert_eq!(a.config.algorithm, zram::Algorithm::Zstd);
+        assert_eq!(a.config.params.level, Some(5));
+        assert_eq!(a.config.pool.chain_size, 4);
+        assert_eq!(a.config.pool.geometry, zram::Geometry::Seed);
+        assert_eq!(a.config.unit_size, Size(32 << 10));
+        assert!(a.read_only);
+        // One default everywhere: what a table leaves out is the device's default.
+        let b = &c.device[1];
+        assert_eq!(b.config, ZramConfig::default());
+        assert_eq!(b.size, DEFAULT_DISKSIZE);
+        for (bad, why) in [
+            (
+                "[[device]]\nname = \"a\"\ncolour = 1\n",
+                "unknown setting \"colour\"",
+            ),
+            (
+                "[[device]]\nname = \"a\"\nsize = \"lots\"\n",
+                "invalid size",
+            ),
+            (
+                "[[device]]\nname = \"a\"\n[[device]]\nname = \"a\"\n",
+                "used twice",
+            ),
+            ("listen = []\n", "no [[device]]"),
+            ("[[device]]\nsize = \"1G\"\n", "name"),
+        ] {
+            let err = format!("{:#}", ConfigFile::parse(bad).unwrap_err());
+            assert!(err.contains(why), "{bad:?}: {err}");
+        }
     }
 }

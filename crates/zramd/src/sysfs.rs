@@ -86,8 +86,8 @@ pub fn attr(name: &str) -> Option<Attr> {
 }
 
 /// The kernel's `memparse` with its "no digits" check.
-fn memparse(value: &str) -> Result<u64, DeviceError> {
-    zram::size::parse_size(value).map_err(|e| DeviceError::Invalid(e.to_string()))
+fn memparse(attr: &'static str, value: &str) -> Result<u64, DeviceError> {
+    zram::size::parse_size(value).map_err(|_| DeviceError::invalid(attr, value))
 }
 
 /// Reads an attribute. `Err` carries an errno.
@@ -115,8 +115,8 @@ pub fn read(dev: &Device, name: &str) -> Result<String, i32> {
         }
         "mm_stat" => zram.map_or_else(|| MmStat::default().format(), |z| z.mm_stat().format()),
         "io_stat" => zram.map_or_else(|| IoStat::default().format(), |z| z.io_stat().format()),
-        "debug_stat" => zram.map_or_else(|| format_debug_stat(0), |z| z.debug_stat()),
-        "unit_size" => format!("{}\n", dev.settings().unit_size),
+        "debug_stat" => format_debug_stat(),
+        "unit_size" => format!("{}\n", dev.settings().unit_size.bytes()),
         _ => return Err(libc::EACCES),
     })
 }
@@ -135,19 +135,17 @@ pub fn write(dev: &Device, name: &str, value: &[u8]) -> Result<(), i32> {
 fn store(dev: &Device, name: &str, value: &str) -> Result<(), DeviceError> {
     match name {
         "disksize" => {
-            let size = memparse(value)?;
-            let size =
-                zram::size::page_align(size).ok_or_else(|| DeviceError::Invalid(value.into()))?;
+            let size = memparse("disksize", value)?;
+            let size = zram::size::page_align(size)
+                .ok_or_else(|| DeviceError::invalid("disksize", value))?;
             dev.init(size)
         }
         "reset" => match value.parse::<u16>() {
-            Ok(0) | Err(_) => Err(DeviceError::Invalid(value.into())),
+            Ok(0) | Err(_) => Err(DeviceError::invalid("reset", value)),
             Ok(_) => dev.reset(),
         },
         "comp_algorithm" => {
-            let alg: Algorithm = value
-                .parse()
-                .map_err(|_| DeviceError::Invalid(value.into()))?;
+            let alg: Algorithm = value.parse()?;
             dev.update_settings(|s| {
                 s.algorithm = alg;
                 Ok(())
@@ -156,33 +154,23 @@ fn store(dev: &Device, name: &str, value: &str) -> Result<(), DeviceError> {
         "algorithm_params" => {
             let mut level = None;
             let mut dict = None;
+            let bad = |what: &str| DeviceError::invalid("algorithm_params", what);
             for kv in value.split_whitespace() {
-                let (k, v) = kv
-                    .split_once('=')
-                    .ok_or_else(|| DeviceError::Invalid(kv.into()))?;
+                let (k, v) = kv.split_once('=').ok_or_else(|| bad(kv))?;
                 match k {
                     "priority" if v == "0" => {}
                     "algo" => {
-                        let alg: Algorithm =
-                            v.parse().map_err(|_| DeviceError::Invalid(v.into()))?;
+                        let alg: Algorithm = v.parse()?;
                         if alg != dev.settings().algorithm {
-                            return Err(DeviceError::Invalid(format!(
-                                "{alg} is not the device's algorithm"
-                            )));
+                            return Err(bad(kv));
                         }
                     }
-                    "level" => {
-                        level = Some(
-                            v.parse::<i32>()
-                                .map_err(|_| DeviceError::Invalid(v.into()))?,
-                        )
-                    }
+                    "level" => level = Some(v.parse::<i32>().map_err(|_| bad(kv))?),
                     "dict" => {
-                        let bytes = std::fs::read(v)
-                            .map_err(|e| DeviceError::Invalid(format!("{v}: {e}")))?;
+                        let bytes = std::fs::read(v).map_err(|_| bad(kv))?;
                         dict = Some(std::sync::Arc::new(bytes));
                     }
-                    _ => return Err(DeviceError::Invalid(kv.into())),
+                    _ => return Err(bad(kv)),
                 }
             }
             dev.update_settings(|s| {
@@ -192,15 +180,14 @@ fn store(dev: &Device, name: &str, value: &str) -> Result<(), DeviceError> {
             })
         }
         "mem_limit" => {
-            dev.set_mem_limit(memparse(value)?);
+            dev.set_mem_limit(memparse("mem_limit", value)?);
             Ok(())
         }
         "unit_size" => {
-            let bytes = usize::try_from(memparse(value)?)
-                .map_err(|_| DeviceError::Invalid(value.into()))?;
-            zram::unit::check_unit_size(bytes).map_err(|e| DeviceError::Invalid(e.to_string()))?;
+            let bytes = memparse("unit_size", value)?;
+            zram::config::check_unit_size(bytes)?;
             dev.update_settings(|s| {
-                s.unit_size = bytes;
+                s.unit_size = zram::Size(bytes);
                 Ok(())
             })
         }
@@ -211,7 +198,7 @@ fn store(dev: &Device, name: &str, value: &str) -> Result<(), DeviceError> {
                 }
                 Ok(())
             }
-            _ => Err(DeviceError::Invalid(value.into())),
+            _ => Err(DeviceError::invalid("mem_used_max", value)),
         },
         "compact" => match dev.zram() {
             Some(z) => {
@@ -220,18 +207,18 @@ fn store(dev: &Device, name: &str, value: &str) -> Result<(), DeviceError> {
             }
             None => Err(DeviceError::NotInitialized),
         },
-        _ => Err(DeviceError::Invalid(name.into())),
+        _ => Err(DeviceError::invalid("attribute", name)),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::Settings;
+    use zram::ZramConfig;
 
     #[test]
     fn attributes_behave_as_the_kernels() {
-        let d = Device::new("zram0", Settings::default());
+        let d = Device::new("zram0", ZramConfig::default());
         assert_eq!(read(&d, "initstate").unwrap(), "0\n");
         assert_eq!(read(&d, "disksize").unwrap(), "0\n");
         assert_eq!(
@@ -287,7 +274,7 @@ mod tests {
 
     #[test]
     fn unit_size_is_set_while_uninitialized() {
-        let d = Device::new("zram0", Settings::default());
+        let d = Device::new("zram0", ZramConfig::default());
         assert_eq!(read(&d, "unit_size").unwrap(), "4096\n");
         for bad in ["3K", "2K", "256K", "0", "lots", ""] {
             assert_eq!(

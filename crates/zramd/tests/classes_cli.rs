@@ -43,7 +43,13 @@ const CHAIN_16: &[(usize, usize, usize)] = &[
 /// Runs `zramd classes` and returns its class rows as `(class, size, pages_per_zspage)`.
 fn rows(chain: usize) -> Vec<(usize, usize, usize)> {
     let out = Command::new(env!("CARGO_BIN_EXE_zramd"))
-        .args(["classes", "--chain-size", &chain.to_string()])
+        .args([
+            "classes",
+            "--geometry",
+            "seed",
+            "--chain-size",
+            &chain.to_string(),
+        ])
         .output()
         .expect("run zramd");
     assert!(out.status.success(), "zramd classes failed: {out:?}");

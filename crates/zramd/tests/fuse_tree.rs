@@ -36,7 +36,7 @@ fn start(dir: &Path, size: &str) -> Server {
     Server::start(&ServeOptions {
         devices: vec![DeviceSpec {
             name: "zram0".into(),
-            size: size.into(),
+            size: size.parse().unwrap(),
             ..DeviceSpec::default()
         }],
         control: Some(dir.join("control.sock")),

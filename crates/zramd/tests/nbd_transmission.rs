@@ -484,8 +484,8 @@ fn memory_limit_gives_enospc() {
     let dev = Arc::new(
         zramd::device::Device::with_size(
             "zram0",
-            zramd::device::Settings {
-                mem_limit: 64 * 1024,
+            zram::ZramConfig {
+                mem_limit: zram::Size(64 * 1024),
                 ..Default::default()
             },
             SIZE,

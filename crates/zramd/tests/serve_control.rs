@@ -5,6 +5,7 @@ use std::os::unix::net::UnixStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use zram::{Algorithm, ZramConfig};
 use zramd::control::{self, Request};
 use zramd::serve::{DeviceSpec, ServeOptions, Server};
 
@@ -13,13 +14,16 @@ fn options(dir: &std::path::Path) -> ServeOptions {
         devices: vec![
             DeviceSpec {
                 name: "zram0".into(),
-                size: "16M".into(),
+                size: "16M".parse().unwrap(),
                 ..DeviceSpec::default()
             },
             DeviceSpec {
                 name: "zram1".into(),
-                size: "8M".into(),
-                algorithm: "zstd".into(),
+                size: "8M".parse().unwrap(),
+                config: ZramConfig {
+                    algorithm: Algorithm::Zstd,
+                    ..ZramConfig::default()
+                },
                 ..DeviceSpec::default()
             },
         ],
@@ -132,9 +136,10 @@ fn stat_set_compact_reset_and_errors() {
         "zramd_request_latency_seconds_bucket{device=\"zram1\",op=\"read\",le=\"+Inf\"} 0"
     ));
 
+    // Clear keeps the device (its size, its settings) and frees its data.
     control::call(
         &path,
-        &Request::Reset {
+        &Request::Clear {
             device: "zram0".into(),
         },
     )
@@ -150,7 +155,32 @@ fn stat_set_compact_reset_and_errors() {
     );
     let mut buf = vec![1u8; 4096];
     dev.read(0, &mut buf).unwrap();
-    assert!(buf.iter().all(|&b| b == 0), "reset device reads zeroes");
+    assert!(buf.iter().all(|&b| b == 0), "cleared device reads zeroes");
+    let device = server.registry.device("zram0").unwrap();
+    assert!(device.initialized(), "clear keeps the device initialized");
+
+    // Reset is the kernel's: refused while a client holds the device open, then the device
+    // is uninitialized (no size, no data) until a new disksize.
+    let opened = device.open().unwrap();
+    let busy = control::call(
+        &path,
+        &Request::Reset {
+            device: "zram0".into(),
+        },
+    );
+    assert!(busy.unwrap_err().to_string().contains("busy"));
+    drop((opened, dev));
+    control::call(
+        &path,
+        &Request::Reset {
+            device: "zram0".into(),
+        },
+    )
+    .unwrap();
+    assert!(
+        !device.initialized(),
+        "reset uninitializes, as the kernel's"
+    );
 
     server.stop();
     assert!(!path.exists(), "control socket removed on stop");
@@ -218,6 +248,8 @@ fn cli_serve_stat_and_clean_stop_on_sigterm() {
     let (ok, _, err) = run(&["set", "zram0", "mem_limit", "2M"]);
     assert!(ok, "{err}");
     let (ok, _, err) = run(&["reset", "nope"]);
+    assert!(!ok && err.contains("nope"), "{err}");
+    let (ok, _, err) = run(&["clear", "nope"]);
     assert!(!ok && err.contains("nope"), "{err}");
     let (ok, out, _) = run(&["compact", "zram0"]);
     assert!(ok && out.contains("pages freed"), "{out}");

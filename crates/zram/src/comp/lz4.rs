@@ -13,12 +13,10 @@ impl Codec for Lz4 {
     }
 
     fn compress(&mut self, src: &[u8], dst: &mut Vec<u8>) -> Result<usize> {
-        let bound =
-            lz4::block::compress_bound(src.len()).map_err(|e| Error::Compress(e.to_string()))?;
+        let bound = lz4::block::compress_bound(src.len()).map_err(compress_error)?;
         dst.clear();
         dst.resize(bound, 0);
-        let n = lz4::block::compress_to_buffer(src, None, false, dst)
-            .map_err(|e| Error::Compress(e.to_string()))?;
+        let n = lz4::block::compress_to_buffer(src, None, false, dst).map_err(compress_error)?;
         dst.truncate(n);
         Ok(n)
     }
@@ -34,5 +32,12 @@ impl Codec for Lz4 {
             ))),
             Err(e) => Err(Error::Corrupt(format!("lz4: {e}"))),
         }
+    }
+}
+
+fn compress_error(e: std::io::Error) -> Error {
+    Error::Compress {
+        algorithm: "lz4",
+        reason: e.to_string(),
     }
 }

@@ -12,8 +12,10 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 
-/// A compression algorithm the device can use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// A compression algorithm the device can use (named as the kernel's `comp_algorithm`
+/// names it, in config files too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 #[non_exhaustive]
 pub enum Algorithm {
     /// LZ4 (C liblz4, `LZ4_compress_default`): the default.
@@ -80,11 +82,16 @@ impl std::str::FromStr for Algorithm {
 }
 
 /// Tunables of an algorithm (the kernel's `algorithm_params`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
 pub struct AlgorithmParams {
-    /// Compression level (zstd: 1..=22, default 3; others ignore it).
+    /// Compression level (zstd: 1..=22, default 3; the others have none).
+    #[cfg_attr(feature = "clap", arg(long))]
     pub level: Option<i32>,
-    /// A trained dictionary (zstd).
+    /// A trained dictionary (zstd), read from a file through `algorithm_params dict=PATH`.
+    #[serde(skip)]
+    #[cfg_attr(feature = "clap", arg(skip))]
     pub dictionary: Option<Arc<Vec<u8>>>,
 }
 

@@ -21,11 +21,15 @@ impl Zstd {
     pub(super) fn new(params: &AlgorithmParams) -> Result<Self> {
         let level = params.level.unwrap_or(DEFAULT_LEVEL);
         if !(zstd::compression_level_range()).contains(&level) {
-            return Err(Error::InvalidParam(format!(
-                "zstd level {level} is out of range"
-            )));
+            return Err(Error::InvalidLevel {
+                algorithm: "zstd",
+                level,
+            });
         }
-        let setup = |e: std::io::Error| Error::InvalidParam(format!("zstd: {e}"));
+        let setup = |e: std::io::Error| Error::CodecSetup {
+            algorithm: "zstd",
+            reason: e.to_string(),
+        };
         let (compressor, decompressor) = match &params.dictionary {
             Some(dict) => (
                 zstd::bulk::Compressor::with_dictionary(level, dict).map_err(setup)?,
@@ -53,7 +57,10 @@ impl Codec for Zstd {
         dst.reserve(zstd::zstd_safe::compress_bound(src.len()));
         self.compressor
             .compress_to_buffer(src, dst)
-            .map_err(|e| Error::Compress(e.to_string()))
+            .map_err(|e| Error::Compress {
+                algorithm: "zstd",
+                reason: e.to_string(),
+            })
     }
 
     fn decompress(&mut self, src: &[u8], dst: &mut [u8]) -> Result<()> {

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use anyhow::{Context as _, bail};
 use serde::Serialize;
-use zram::{Algorithm, AlgorithmParams, Zram, ZramConfig};
+use zram::{Zram, ZramConfig};
 
 use zram::kernel::{AlignedBuf, KernelZram, unavailable_reason};
 
@@ -19,19 +19,9 @@ pub struct Args {
     /// The file to store (e.g. the Linux source tarball).
     #[arg(long)]
     input: Option<PathBuf>,
-    /// Compression algorithm: lz4, zstd, lzo, lzo-rle.
-    #[arg(long, default_value = "lz4")]
-    algorithm: Algorithm,
-    /// zsmalloc chain size.
-    #[arg(long, default_value_t = zsmalloc::class::DEFAULT_CHAIN_SIZE)]
-    chain_size: usize,
-    /// zsmalloc zspage-length rule: seed (kernels up to 6.2) or min-waste (6.3 and later).
-    #[arg(long, default_value = "min-waste")]
-    geometry: zsmalloc::Geometry,
-    /// Where zsmalloc objects keep their handle: omitted (zramd's default) or handle (the
-    /// kernel's layout).
-    #[arg(long, default_value = "omitted")]
-    object_header: zsmalloc::class::Header,
+    /// The device's settings, as `zramd serve` takes them (its size is the input's).
+    #[command(flatten)]
+    device: ZramConfig,
     /// Streams (threads) writing and reading at once.
     #[arg(long, default_value_t = 1)]
     threads: usize,
@@ -72,7 +62,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     drop(raw);
     let data = data;
 
-    let kernel_ok = match unavailable_reason(args.algorithm.name()) {
+    let kernel_ok = match unavailable_reason(args.device.algorithm.name()) {
         None => true,
         Some(why) => {
             if !args.json {
@@ -106,8 +96,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         "input {} ({:.1} MB), {}, chain {}, {} stream(s), median of {} runs each",
         input.display(),
         mb,
-        args.algorithm,
-        args.chain_size,
+        args.device.algorithm,
+        args.device.pool.chain_size,
         args.threads,
         args.repeat.max(1)
     );
@@ -189,12 +179,7 @@ fn run_zramd(args: &Args, data: &[u8]) -> anyhow::Result<Run> {
     let pages = data.len() / PAGE;
     let dev = Zram::new(ZramConfig {
         disksize: data.len() as u64,
-        algorithm: args.algorithm,
-        params: AlgorithmParams::default(),
-        chain_size: args.chain_size,
-        geometry: args.geometry,
-        header: args.object_header,
-        ..ZramConfig::default()
+        ..args.device.clone()
     })?;
     let write = timed(pages, args.threads, |r| {
         for p in r {
@@ -222,7 +207,7 @@ fn run_zramd(args: &Args, data: &[u8]) -> anyhow::Result<Run> {
 
 fn run_kernel(args: &Args, data: &[u8]) -> anyhow::Result<Run> {
     let pages = data.len() / PAGE;
-    let dev = KernelZram::with(args.algorithm.name(), data.len() as u64)?;
+    let dev = KernelZram::with(args.device.algorithm.name(), data.len() as u64)?;
     let open = || {
         dev.open_direct()
             .with_context(|| format!("open {} with O_DIRECT", dev.dev_path().display()))

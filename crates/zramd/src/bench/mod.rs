@@ -7,6 +7,7 @@ mod untar;
 
 #[derive(Debug, clap::Args)]
 #[command(args_conflicts_with_subcommands = true)]
+#[group(skip)]
 pub struct Args {
     #[command(subcommand)]
     what: Option<What>,

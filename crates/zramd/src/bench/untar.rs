@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use zram::Algorithm;
+use zram::{Size, ZramConfig};
 use zramd::serve::{DeviceSpec, ServeOptions, Server};
 
 use zram::kernel::{KernelZram, is_root, unavailable_reason};
@@ -23,25 +23,16 @@ pub struct Args {
     /// The tarball to untar (e.g. the Linux source; compressed or not).
     #[arg(long)]
     tarball: PathBuf,
-    /// Compression algorithm.
-    #[arg(long, default_value = "lzo-rle")]
-    algorithm: Algorithm,
-    /// zsmalloc chain size.
-    #[arg(long, default_value_t = zsmalloc::class::DEFAULT_CHAIN_SIZE)]
-    chain_size: usize,
-    /// zsmalloc shards per size class (0 = one per CPU).
-    #[arg(long, default_value_t = 0)]
-    shards: usize,
-    /// Where zsmalloc objects keep their handle: omitted (zramd's default) or handle (the
-    /// kernel's layout).
-    #[arg(long, default_value = "omitted")]
-    object_header: zsmalloc::class::Header,
+    /// The device's settings, as `zramd serve` takes them (the seeds ran lzo-rle, the
+    /// kernel zram's default: `--algorithm lzo-rle`).
+    #[command(flatten)]
+    device: ZramConfig,
     /// Untar-and-delete rounds.
     #[arg(long, default_value_t = 1)]
     cycles: usize,
     /// Device size.
     #[arg(long, default_value = "4G")]
-    size: String,
+    size: Size,
     /// Skip the kernel's zram.
     #[arg(long)]
     no_kernel: bool,
@@ -246,15 +237,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         let server = Server::start(&ServeOptions {
             devices: vec![DeviceSpec {
                 name: "zram0".into(),
-                size: args.size.clone(),
-                algorithm: args.algorithm.name().into(),
-                chain_size: args.chain_size,
-                shards: args.shards,
-                object_header: match args.object_header {
-                    zsmalloc::class::Header::Handle => "handle",
-                    zsmalloc::class::Header::Omitted => "omitted",
-                }
-                .into(),
+                size: args.size,
+                config: args.device.clone(),
                 ..DeviceSpec::default()
             }],
             control: Some(tmp.join("control.sock")),
@@ -270,12 +254,12 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     }
     if args.no_kernel {
         println!("kernel: skipped (--no-kernel)");
-    } else if let Some(why) = unavailable_reason(args.algorithm.name()) {
+    } else if let Some(why) = unavailable_reason(args.device.algorithm.name()) {
         println!("kernel: skipped ({why})");
     } else {
-        let size = zram::size::parse_size(&args.size)?;
+        let size = args.size.bytes();
         let theirs = Theirs {
-            dev: KernelZram::with(args.algorithm.name(), size)?,
+            dev: KernelZram::with(args.device.algorithm.name(), size)?,
         };
         let mounted = Mounted::new(&theirs.dev.dev_path(), false, tmp.join("ext4-kernel"))?;
         workload(&theirs, &mounted.dir, args)?;

@@ -26,7 +26,6 @@ use std::thread;
 use std::time::Instant;
 
 use tracing::{debug, warn};
-use zram::slot::Flags;
 
 use super::ServerConfig;
 use super::conn::{Conn, discard, is_disconnect};
@@ -35,7 +34,7 @@ use super::proto::*;
 use super::rules::{Limits, block_status_extents, check_request, skip_limit};
 use crate::device::Opened;
 use crate::export::{Export, Op};
-use zram::Zram;
+use zram::{BlockState, Zram};
 
 /// Most worker threads per connection.
 pub const MAX_WORKERS: usize = 4;
@@ -151,15 +150,10 @@ fn op_of(kind: u16) -> Op {
     }
 }
 
-/// The protocol error for a device error.
-fn errno(e: &zram::Error, write: bool) -> u32 {
-    match e {
-        zram::Error::OutOfRange { .. } if write => ENOSPC,
-        zram::Error::OutOfRange { .. } => EINVAL,
-        zram::Error::MemLimit { .. } => ENOSPC,
-        zram::Error::Alloc(zsmalloc::Error::OutOfMemory(_)) => ENOSPC,
-        _ => EIO,
-    }
+/// The protocol error for a device error: the device's errno (the protocol's values are
+/// Linux's).
+fn errno(e: &zram::Error) -> u32 {
+    u32::try_from(e.errno()).unwrap_or(EIO)
 }
 
 /// Serves requests until the client disconnects or breaks the protocol.
@@ -359,8 +353,7 @@ fn execute<C: Conn>(shared: &Shared<C>, job: Job) {
 
 /// Commands without reply data.
 fn run(dev: &Zram, req: &Request, payload: &[u8]) -> Result<(), (u32, String)> {
-    let write = req.kind != CMD_FLUSH && req.kind != CMD_CACHE;
-    let fail = |e: zram::Error| (errno(&e, write), e.to_string());
+    let fail = |e: zram::Error| (errno(&e), e.to_string());
     match req.kind {
         CMD_WRITE => dev.write(req.offset, payload).map_err(fail)?,
         CMD_TRIM => dev
@@ -424,7 +417,7 @@ fn read<C: Conn>(shared: &Shared<C>, req: &Request, start: Instant) {
         Err(e) => {
             warn!(peer = %shared.peer, offset = req.offset, length = req.length, error = %e, "nbd: read failed");
             drop(buf);
-            shared.send_error(req.handle, errno(&e, false), &e.to_string());
+            shared.send_error(req.handle, errno(&e), &e.to_string());
             shared.record(req.kind, len as u64, start, false);
         }
     }
@@ -432,18 +425,13 @@ fn read<C: Conn>(shared: &Shared<C>, req: &Request, start: Instant) {
 
 /// The `base:allocation` status of one page (its unit's, when units are larger).
 fn page_status(dev: &Zram, page: u64) -> u32 {
-    let entry = page
+    match page
         .checked_mul(PAGE)
-        .and_then(|offset| dev.slot_at(offset));
-    match entry {
-        Some(e) if e.is_allocated() => {
-            if e.flags.contains(Flags::SAME) && e.handle == 0 {
-                STATE_ZERO
-            } else {
-                0
-            }
-        }
-        _ => STATE_HOLE | STATE_ZERO,
+        .and_then(|offset| dev.block_state(offset))
+    {
+        Some(BlockState::Data) => 0,
+        Some(BlockState::Zero) => STATE_ZERO,
+        Some(BlockState::Hole) | None => STATE_HOLE | STATE_ZERO,
     }
 }
 

@@ -32,7 +32,7 @@ pub fn have(test: &str, tool: &str) -> bool {
 /// An initialized zram device of `size` bytes.
 pub fn device(size: u64) -> Arc<zramd::device::Device> {
     Arc::new(
-        zramd::device::Device::with_size("zram0", zramd::device::Settings::default(), size)
+        zramd::device::Device::with_size("zram0", zram::ZramConfig::default(), size)
             .expect("device"),
     )
 }

@@ -1,0 +1,160 @@
+//! Data spread over several objects: a stream longer than one object (a compressed unit
+//! larger than a page, see [`crate::config::ZramConfig::unit_size`]) is a *chain* of
+//! zsmalloc objects.
+//!
+//! # Representation
+//!
+//! A stream of at most 4096 bytes is one object. A longer one is a chain of pieces: each
+//! but the last is a 4096-byte object (the huge class: one per page, no waste) holding the
+//! 8-byte handle of the next piece, then 4088 stream bytes; the last piece holds the rest
+//! (1..=4096 bytes). So a stream of `len` bytes takes `links(len) + 1` objects, and the
+//! links cost 8 bytes per 4088 of stream (0.2%), counted in `mem_used_total` like
+//! zsmalloc's own object headers, not in per-slot metadata. The slot keeps the first
+//! piece's handle and the stream's length; nothing else is needed to walk the chain.
+
+use zsmalloc::{Handle, Pool};
+
+use crate::PAGE_SIZE;
+use crate::error::Result;
+
+/// Bytes of the next piece's handle at the start of every piece but the last.
+const LINK: usize = 8;
+/// Stream bytes in a piece that is not the last.
+const PIECE_DATA: usize = PAGE_SIZE - LINK;
+
+/// Pieces before the last in the chain of a stream of `len` bytes.
+pub fn links(len: usize) -> usize {
+    len.saturating_sub(PAGE_SIZE).div_ceil(PIECE_DATA)
+}
+
+/// Allocates (through `alloc`, which may refuse, e.g. at `mem_limit`) and writes the chain
+/// of `stream`; returns the first piece's handle. On failure every piece allocated is freed
+/// again, so nothing is left behind.
+pub(crate) fn write(
+    pool: &Pool,
+    stream: &[u8],
+    mut alloc: impl FnMut(usize) -> Result<Handle>,
+) -> Result<Handle> {
+    let k = links(stream.len());
+    if k == 0 {
+        // One object (every page, and small units): no list of pieces to keep.
+        let handle = alloc(stream.len())?;
+        return match pool.write(handle, stream) {
+            Ok(()) => Ok(handle),
+            Err(e) => {
+                // Just allocated by us and never published: freeing cannot meet a stale handle.
+                let _ = pool.free(handle);
+                Err(e.into())
+            }
+        };
+    }
+    let mut handles: Vec<Handle> = Vec::with_capacity(k + 1);
+    let result = (0..=k)
+        .try_for_each(|i| {
+            let size = if i < k {
+                PAGE_SIZE
+            } else {
+                stream.len() - k * PIECE_DATA
+            };
+            handles.push(alloc(size)?);
+            Ok(())
+        })
+        .and_then(|()| {
+            let mut piece = [0u8; PAGE_SIZE];
+            for (i, pair) in handles.windows(2).enumerate() {
+                piece[..LINK].copy_from_slice(&pair[1].to_raw().to_le_bytes());
+                piece[LINK..].copy_from_slice(&stream[i * PIECE_DATA..(i + 1) * PIECE_DATA]);
+                pool.write(pair[0], &piece)?;
+            }
+            pool.write(handles[k], &stream[k * PIECE_DATA..])?;
+            Ok(handles[0])
+        });
+    if result.is_err() {
+        for h in handles {
+            let _ = pool.free(h);
+        }
+    }
+    result
+}
+
+/// Gathers the chain starting at `head` into `out` (the stream's length).
+pub(crate) fn read(pool: &Pool, head: Handle, out: &mut [u8]) -> Result<()> {
+    let mut handle = head;
+    let mut done = 0;
+    while out.len() - done > PAGE_SIZE {
+        let piece = &mut out[done..done + PIECE_DATA];
+        let next = pool.with_object(handle, PAGE_SIZE, |bytes| {
+            piece.copy_from_slice(&bytes[LINK..]);
+            link_of(bytes)
+        })?;
+        handle = next;
+        done += PIECE_DATA;
+    }
+    Ok(pool.read(handle, &mut out[done..])?)
+}
+
+/// Frees the chain of a stream of `len` bytes starting at `head`.
+pub(crate) fn free(pool: &Pool, head: Handle, len: usize) {
+    let mut handle = head;
+    for _ in 0..links(len) {
+        let next = pool.with_object(handle, LINK, link_of);
+        // The handle came from this pool and the slot's lock keeps it live: a failure
+        // would be a bug in the table, and the object is unreachable either way.
+        let _ = pool.free(handle);
+        match next {
+            Ok(n) => handle = n,
+            Err(_) => return,
+        }
+    }
+    let _ = pool.free(handle);
+}
+
+/// The next piece's handle at the start of a piece.
+fn link_of(bytes: &[u8]) -> Handle {
+    let mut word = [0u8; LINK];
+    word.copy_from_slice(&bytes[..LINK]);
+    Handle::from_raw(u64::from_le_bytes(word))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chains_cover_every_stream_length() {
+        assert_eq!(links(1), 0);
+        assert_eq!(links(PAGE_SIZE), 0);
+        assert_eq!(links(PAGE_SIZE + 1), 1);
+        assert_eq!(links(PAGE_SIZE + PIECE_DATA), 1);
+        assert_eq!(links(PAGE_SIZE + PIECE_DATA + 1), 2);
+        for len in (1..=128 * 1024).step_by(97).chain([128 * 1024]) {
+            let k = links(len);
+            let last = len - k * PIECE_DATA;
+            assert!((1..=PAGE_SIZE).contains(&last), "{len}: last piece {last}");
+        }
+    }
+
+    #[test]
+    fn chains_round_trip_and_a_refused_piece_leaves_nothing() {
+        let pool = Pool::new(8).unwrap();
+        let stream: Vec<u8> = (0..3 * PAGE_SIZE + 5)
+            .map(|i| (i * 7 % 251) as u8)
+            .collect();
+        let head = write(&pool, &stream, |n| Ok(pool.malloc(n)?)).unwrap();
+        let mut out = vec![0u8; stream.len()];
+        read(&pool, head, &mut out).unwrap();
+        assert_eq!(out, stream);
+        free(&pool, head, stream.len());
+        assert_eq!(pool.total_pages(), 0);
+        let mut left = 2;
+        let refused = write(&pool, &stream, |n| {
+            if left == 0 {
+                return Err(crate::Error::MemLimit { limit: 0 });
+            }
+            left -= 1;
+            Ok(pool.malloc(n)?)
+        });
+        assert!(refused.is_err());
+        assert_eq!(pool.total_pages(), 0);
+    }
+}

@@ -1,0 +1,423 @@
+//! The storage path: read, write and free of one slot under its lock — the kernel's
+//! `zram_read_page`, `zram_write_page` and `zram_free_page`, per slot. [`Zram`](crate::Zram)
+//! splits requests into slots and calls these; nothing else touches the slot table.
+//!
+//! A slot is one page by default (the kernel's model: with `unit_size` 4 KiB every rule
+//! below is the kernel's per-page rule), or, beyond the kernel and opt-in with
+//! [`ZramConfig::unit_size`](crate::ZramConfig::unit_size), an aligned *unit* of pages
+//! compressed as one stream: compressors find more to reuse in a longer window (zstd -3
+//! packs a Linux source tar 25% smaller in 32 KiB blocks than in 4 KiB ones); the price is
+//! that reading or rewriting part of a unit decompresses all of it.
+//!
+//! # Representation
+//!
+//! The slot table has one entry per slot (the last slot is shorter when `disksize` is not a
+//! multiple of `unit_size`). An entry is empty; same-filled (`SAME`, the fill word in
+//! `handle`, no object, [`crate::same`]); or a *stream* of `len` bytes in zsmalloc objects,
+//! `handle` naming the first ([`crate::chain`]). The stream is the compressed slot, or the
+//! slot's bytes themselves (`HUGE`, stored raw) when it compresses to at least
+//! `slot length − PAGE_SIZE + huge_class_size` bytes: the kernel's huge rule (a page that
+//! compresses to `huge_class_size` or more is stored raw) with the same slack per unit.
+//!
+//! # Rules (the kernel's per-page rules, per slot)
+//!
+//! - A write covering a whole slot compresses the caller's bytes directly; a partial write
+//!   reads the slot (decompressing it into a per-thread scratch buffer), patches it and
+//!   stores it again, all under the slot's lock, so the last write to a page wins whole.
+//! - Storing allocates the new objects, checks `mem_limit` after every allocation (over it:
+//!   the new objects are freed, the slot keeps its old data, `Error::MemLimit`), writes
+//!   them, and only then frees the old ones. A slot of equal 8-byte words is stored `SAME`.
+//! - Zeroing (discard, write-zeroes) frees a whole slot, and zeroes part of one by
+//!   rewriting it; a slot that this leaves all zero is freed (not stored as same-filled).
+//!
+//! # Stats (in pages, so the kernel's formulas still hold with units)
+//!
+//! - `orig_data_size`: 4096 × pages of slots holding data (same-filled slots included);
+//! - `compr_data_size`: the sum of stream lengths (`len`): compressed bytes, or the slot's
+//!   bytes for a raw slot; chain links and zsmalloc headers are not counted;
+//! - `same_pages`, `huge_pages`, `huge_pages_since`: pages of same-filled and of raw slots;
+//! - `notify_free`: pages of slots that discard or write-zeroes freed (whole slots count
+//!   their pages whether or not they held data, as the kernel counts discarded pages);
+//! - `mem_used_total`, `mem_used_max`, `mem_limit`: from the pool;
+//! - metadata (`mm_stat` field 11): the slot table (16 bytes per slot plus the striped
+//!   locks) and the pool's bookkeeping. The per-thread scratch buffers (a unit and its
+//!   compressed form, at most 2 × 128 KiB per thread that did I/O) are not in it.
+//!
+//! Lock order: slot lock → (compressor context: per thread, no lock | zsmalloc class-shard
+//! lock → page-source lock).
+
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Instant;
+
+use zsmalloc::{Handle, Pool};
+
+use crate::PAGE_SIZE;
+use crate::comp::CodecPool;
+use crate::error::{Error, Result};
+use crate::same::{fill, same_filled};
+use crate::slot::{Flags, SlotEntry, SlotGuard, SlotTable};
+use crate::stats::{Counters, IoStat, MmStat};
+
+thread_local! {
+    /// Per-thread slot bytes for partial reads and read-modify-write.
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// Per-thread compressed stream (compressing into it, gathering a chain into it).
+    static STREAM: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// What a slot holds, as a front end asks it (NBD's `base:allocation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockState {
+    /// Nothing stored: reads as zeroes and costs nothing.
+    Hole,
+    /// Stored as a zero fill word: reads as zeroes, costs no object.
+    Zero,
+    /// Data.
+    Data,
+}
+
+/// The slots of one device and everything that stores them.
+#[derive(Debug)]
+pub(crate) struct Store {
+    disksize: u64,
+    unit_size: usize,
+    pool: Arc<Pool>,
+    table: SlotTable,
+    codecs: CodecPool,
+    counters: Counters,
+    limit_pages: AtomicU64,
+    huge_class_size: usize,
+    /// `pages_compacted` of the pool when the counters were last cleared.
+    pages_compacted_base: AtomicU64,
+    start: Instant,
+}
+
+impl Store {
+    /// An empty store of `disksize` bytes (whole pages) in slots of `unit_size` bytes.
+    pub(crate) fn new(
+        disksize: u64,
+        unit_size: usize,
+        pool: Arc<Pool>,
+        codecs: CodecPool,
+        mem_limit: u64,
+    ) -> Result<Self> {
+        let slots = usize::try_from(disksize.div_ceil(unit_size as u64))
+            .map_err(|_| Error::TableTooLarge { disksize })?;
+        Ok(Self {
+            disksize,
+            unit_size,
+            huge_class_size: pool.huge_class_size(),
+            pool,
+            table: SlotTable::new(slots).ok_or(Error::TableTooLarge { disksize })?,
+            codecs,
+            counters: Counters::default(),
+            limit_pages: AtomicU64::new(mem_limit.div_ceil(PAGE_SIZE as u64)),
+            pages_compacted_base: AtomicU64::new(0),
+            start: Instant::now(),
+        })
+    }
+
+    pub(crate) fn pool(&self) -> &Arc<Pool> {
+        &self.pool
+    }
+
+    pub(crate) fn codecs(&self) -> &CodecPool {
+        &self.codecs
+    }
+
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    pub(crate) fn huge_class_size(&self) -> usize {
+        self.huge_class_size
+    }
+
+    /// Number of slots.
+    pub(crate) fn slots(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Locks slot `index` (in range).
+    pub(crate) fn lock(&self, index: usize) -> SlotGuard<'_> {
+        self.table.lock(index)
+    }
+
+    /// Bytes of slot `index` (`unit_size`, less for a short last slot).
+    pub(crate) fn slot_len(&self, index: usize) -> usize {
+        let start = index as u64 * self.unit_size as u64;
+        self.disksize
+            .saturating_sub(start)
+            .min(self.unit_size as u64) as usize
+    }
+
+    fn pages(&self, index: usize) -> u64 {
+        (self.slot_len(index) / PAGE_SIZE) as u64
+    }
+
+    fn now(&self) -> u32 {
+        u32::try_from(self.start.elapsed().as_secs()).unwrap_or(u32::MAX)
+    }
+
+    /// Reads `out.len()` bytes from `at` into the locked slot.
+    pub(crate) fn read(&self, g: &SlotGuard<'_>, at: usize, out: &mut [u8]) -> Result<()> {
+        let len = self.slot_len(g.index());
+        if out.len() == len {
+            return self.load(g, out);
+        }
+        let e = g.get();
+        if e.flags.contains(Flags::SAME) {
+            fill(out, e.handle, at);
+            return Ok(());
+        }
+        if !e.is_allocated() {
+            out.fill(0);
+            return Ok(());
+        }
+        with_scratch(len, |whole| {
+            self.load(g, whole)?;
+            out.copy_from_slice(&whole[at..at + out.len()]);
+            Ok(())
+        })
+    }
+
+    /// Writes `data` at `at` into the locked slot.
+    pub(crate) fn write(&self, g: &mut SlotGuard<'_>, at: usize, data: &[u8]) -> Result<()> {
+        if data.len() == self.slot_len(g.index()) {
+            return self.store(g, data);
+        }
+        self.modify(g, false, |whole| {
+            whole[at..at + data.len()].copy_from_slice(data);
+        })
+        .map(drop)
+    }
+
+    /// Makes `len` bytes at `at` of the locked slot read back as zeroes, freeing the slot
+    /// when that leaves it all zero.
+    pub(crate) fn zero(&self, g: &mut SlotGuard<'_>, at: usize, len: usize) -> Result<()> {
+        let pages = self.pages(g.index());
+        if len == self.slot_len(g.index()) {
+            self.free(g);
+            Counters::add(&self.counters.notify_free, pages);
+            return Ok(());
+        }
+        if !g.get().is_allocated() {
+            return Ok(());
+        }
+        if self.modify(g, true, |whole| whole[at..at + len].fill(0))? {
+            Counters::add(&self.counters.notify_free, pages);
+        }
+        Ok(())
+    }
+
+    /// Reads the locked slot, lets `f` change it and stores it again; with `free_zero`, a
+    /// slot left all zero is freed instead (returns whether it was).
+    fn modify(
+        &self,
+        g: &mut SlotGuard<'_>,
+        free_zero: bool,
+        f: impl FnOnce(&mut [u8]),
+    ) -> Result<bool> {
+        with_scratch(self.slot_len(g.index()), |whole| {
+            self.load(g, whole)?;
+            f(whole);
+            if free_zero && same_filled(whole) == Some(0) {
+                self.free(g);
+                return Ok(true);
+            }
+            self.store(g, whole).map(|()| false)
+        })
+    }
+
+    /// Reads the locked slot whole into `out` (the slot's length).
+    fn load(&self, g: &SlotGuard<'_>, out: &mut [u8]) -> Result<()> {
+        let e = g.get();
+        if e.flags.contains(Flags::SAME) {
+            fill(out, e.handle, 0);
+            return Ok(());
+        }
+        if e.len == 0 {
+            out.fill(0);
+            return Ok(());
+        }
+        let head = Handle::from_raw(e.handle);
+        if e.flags.contains(Flags::HUGE) {
+            if e.len != out.len() {
+                return Err(Error::Corrupt(format!(
+                    "raw slot {} holds {} bytes, not {}",
+                    g.index(),
+                    e.len,
+                    out.len()
+                )));
+            }
+            return crate::chain::read(&self.pool, head, out);
+        }
+        STREAM.with(|cell| {
+            let mut stream = cell.borrow_mut();
+            stream.resize(e.len, 0);
+            crate::chain::read(&self.pool, head, &mut stream[..e.len])?;
+            self.codecs.with(|c| c.decompress(&stream[..e.len], out))?
+        })
+    }
+
+    /// Stores a whole slot's bytes into the locked slot.
+    fn store(&self, g: &mut SlotGuard<'_>, data: &[u8]) -> Result<()> {
+        let now = self.now();
+        let pages = (data.len() / PAGE_SIZE) as u64;
+        if let Some(word) = same_filled(data) {
+            self.free(g);
+            g.set(SlotEntry {
+                handle: word,
+                flags: Flags::SAME,
+                ac_time: now,
+                ..SlotEntry::default()
+            });
+            Counters::add(&self.counters.same_pages, pages);
+            Counters::add(&self.counters.pages_stored, pages);
+            return Ok(());
+        }
+        STREAM.with(|cell| {
+            let mut buf = cell.borrow_mut();
+            let comp_len = self.codecs.with(|c| c.compress(data, &mut buf))??;
+            let huge = comp_len >= data.len() - PAGE_SIZE + self.huge_class_size;
+            let stream = if huge { data } else { &buf[..comp_len] };
+            let head = crate::chain::write(&self.pool, stream, |size| self.alloc(size))?;
+            self.free(g);
+            g.set(SlotEntry {
+                handle: head.to_raw(),
+                len: stream.len(),
+                flags: if huge { Flags::HUGE } else { Flags::default() },
+                prio: 0,
+                ac_time: now,
+            });
+            Counters::add(&self.counters.compr_data_size, stream.len() as u64);
+            Counters::add(&self.counters.pages_stored, pages);
+            if huge {
+                Counters::add(&self.counters.huge_pages, pages);
+                Counters::add(&self.counters.huge_pages_since, pages);
+            }
+            Ok(())
+        })
+    }
+
+    /// Empties the locked slot.
+    pub(crate) fn free(&self, g: &mut SlotGuard<'_>) {
+        let e = g.get();
+        let pages = self.pages(g.index());
+        if e.flags.contains(Flags::SAME) {
+            Counters::sub(&self.counters.same_pages, pages);
+            Counters::sub(&self.counters.pages_stored, pages);
+        } else if e.len != 0 {
+            crate::chain::free(&self.pool, Handle::from_raw(e.handle), e.len);
+            Counters::sub(&self.counters.compr_data_size, e.len as u64);
+            Counters::sub(&self.counters.pages_stored, pages);
+            if e.flags.contains(Flags::HUGE) {
+                Counters::sub(&self.counters.huge_pages, pages);
+            }
+        }
+        if e != SlotEntry::default() {
+            g.set(SlotEntry::default());
+        }
+    }
+
+    /// Allocates one object, then checks `mem_limit` (over it, the object is freed again).
+    fn alloc(&self, size: usize) -> Result<Handle> {
+        let handle = self.pool.malloc(size)?;
+        let used = self.pool.total_pages() as u64;
+        self.counters.max_used_pages.fetch_max(used, Relaxed);
+        let limit = self.limit_pages.load(Relaxed);
+        if limit != 0 && used > limit {
+            let _ = self.pool.free(handle);
+            return Err(Error::MemLimit {
+                limit: limit * PAGE_SIZE as u64,
+            });
+        }
+        Ok(handle)
+    }
+
+    /// Frees every slot and zeroes the counters.
+    pub(crate) fn clear(&self) {
+        for index in 0..self.table.len() {
+            self.free(&mut self.table.lock(index));
+        }
+        self.counters.clear();
+        self.pages_compacted_base
+            .store(self.pool.pages_compacted(), Relaxed);
+        self.pool.trim();
+    }
+
+    /// What slot `index` holds.
+    pub(crate) fn block_state(&self, index: usize) -> BlockState {
+        let e = self.table.lock(index).get();
+        match e {
+            e if !e.is_allocated() => BlockState::Hole,
+            e if e.flags.contains(Flags::SAME) && e.handle == 0 => BlockState::Zero,
+            _ => BlockState::Data,
+        }
+    }
+
+    /// The entry of slot `index`.
+    pub(crate) fn entry(&self, index: usize) -> SlotEntry {
+        self.table.lock(index).get()
+    }
+
+    /// Sets `mem_limit` in bytes (0 = none).
+    pub(crate) fn set_mem_limit(&self, bytes: u64) {
+        self.limit_pages
+            .store(bytes.div_ceil(PAGE_SIZE as u64), Relaxed);
+    }
+
+    /// `mem_used_max` restarts from the current use.
+    pub(crate) fn reset_mem_used_max(&self) {
+        self.counters
+            .max_used_pages
+            .store(self.pool.total_pages() as u64, Relaxed);
+    }
+
+    /// The `mm_stat` figures.
+    pub(crate) fn mm_stat(&self) -> MmStat {
+        let c = &self.counters;
+        let used = self.pool.total_pages() as u64;
+        MmStat {
+            orig_data_size: Counters::get(&c.pages_stored) * PAGE_SIZE as u64,
+            compr_data_size: Counters::get(&c.compr_data_size),
+            mem_used_total: used * PAGE_SIZE as u64,
+            mem_limit: self.limit_pages.load(Relaxed) * PAGE_SIZE as u64,
+            mem_used_max: Counters::get(&c.max_used_pages).max(used) * PAGE_SIZE as u64,
+            same_pages: Counters::get(&c.same_pages),
+            pages_compacted: self.pool.pages_compacted() - self.pages_compacted_base.load(Relaxed),
+            huge_pages: Counters::get(&c.huge_pages),
+            huge_pages_since: Counters::get(&c.huge_pages_since),
+            // Seed 004's folding has not landed: nothing is folded yet.
+            pages_folded: 0,
+            metadata_bytes: (self.table.metadata_bytes() + self.pool.metadata_bytes()) as u64,
+            cached_bytes: (self.pool.cached_pages() * PAGE_SIZE) as u64,
+        }
+    }
+
+    /// The `io_stat` figures.
+    pub(crate) fn io_stat(&self) -> IoStat {
+        let c = &self.counters;
+        IoStat {
+            failed_reads: Counters::get(&c.failed_reads),
+            failed_writes: Counters::get(&c.failed_writes),
+            notify_free: Counters::get(&c.notify_free),
+        }
+    }
+
+    /// Bytes the slot table spans.
+    pub(crate) fn table_bytes(&self) -> usize {
+        self.table.metadata_bytes()
+    }
+}
+
+/// Runs `f` with this thread's scratch buffer, `len` bytes long.
+fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [u8]) -> Result<R>) -> Result<R> {
+    SCRATCH.with(|cell| {
+        let mut scratch = cell.borrow_mut();
+        scratch.resize(len, 0);
+        f(&mut scratch[..len])
+    })
+}
