@@ -207,14 +207,7 @@ fn stat(a: &StatArgs) -> anyhow::Result<()> {
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    zramd::logging::init();
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(a) => zramd::serve::run(&serve_options(&a)?),
