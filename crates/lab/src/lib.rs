@@ -3,10 +3,12 @@
 //! `zramd-lab bench ARGS…`.
 //!
 //! - [`bench`]: the measurements (`bench --input FILE`, `bench pool`, `bench nbd`,
-//!   `bench untar`), each a clap `Args` and a `run()`.
+//!   `bench untar`), each a clap `Args` and a `run()`;
+//! - [`kernel`]: the kernel's own zram, hot-added for side-by-side runs and parity tests.
 //!
 //! The lab sits on top: it uses zsmalloc, zram and zramd's library (the untar bench serves
 //! a device in-process, the nbd bench asks a `zramd` process through its control socket);
 //! nothing below depends on it.
 
 pub mod bench;
+pub mod kernel;

@@ -9,8 +9,7 @@
 //! - [`unit`]: compression units larger than a page (opt-in, beyond the kernel);
 //! - [`compact`]: automatic background compaction;
 //! - [`stats`]: counters and the kernel's `mm_stat`, `io_stat`, `debug_stat` formats;
-//! - [`size`]: sizes with K/M/G suffixes;
-//! - [`kernel`]: the kernel's own zram, hot-added for side-by-side runs.
+//! - [`size`]: sizes with K/M/G suffixes.
 //!
 //! Lock order: slot lock → (compressor pool lock | zsmalloc class lock → page source lock).
 
@@ -18,7 +17,6 @@ pub mod comp;
 pub mod compact;
 pub mod device;
 mod error;
-pub mod kernel;
 pub mod lzo;
 pub mod size;
 pub mod slot;

@@ -14,7 +14,7 @@ use anyhow::{Context as _, bail};
 use zram::Algorithm;
 use zramd::serve::{DeviceSpec, ServeOptions, Server};
 
-use zram::kernel::{KernelZram, is_root, unavailable_reason};
+use crate::kernel::{KernelZram, is_root, unavailable_reason};
 
 const DELETE_ORDER: [&str; 5] = ["drivers", "arch", "fs", "sound", "include"];
 
