@@ -4,7 +4,8 @@
 //!
 //! - [`bench`]: the measurements (`bench --input FILE`, `bench pool`, `bench nbd`,
 //!   `bench untar`), each a clap `Args` and a `run()`;
-//! - [`kernel`]: the kernel's own zram, hot-added for side-by-side runs and parity tests.
+//! - [`kernel`]: the kernel's own zram, hot-added for side-by-side runs and parity tests;
+//! - [`rss`]: this process's resident memory.
 //!
 //! The lab sits on top: it uses zsmalloc, zram and zramd's library (the untar bench serves
 //! a device in-process, the nbd bench asks a `zramd` process through its control socket);
@@ -12,3 +13,4 @@
 
 pub mod bench;
 pub mod kernel;
+pub mod rss;

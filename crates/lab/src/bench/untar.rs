@@ -128,7 +128,7 @@ impl Side for Ours {
         Ok(dev.mm_stat().fields().to_vec())
     }
     fn rss(&self) -> Option<u64> {
-        zsmalloc::sys::process_rss_bytes().map(|b| b as u64)
+        crate::rss::process_rss_bytes()
     }
     fn settle(&self) {
         // Automatic compaction runs in the background: give it a bounded while.
