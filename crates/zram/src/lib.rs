@@ -28,7 +28,6 @@ pub mod compact;
 pub mod config;
 pub mod device;
 pub mod error;
-pub mod kernel;
 pub mod lzo;
 mod same;
 pub mod size;
@@ -47,7 +46,7 @@ pub use size::Size;
 pub use store::BlockState;
 /// The allocator's types a device's settings and figures name, so that front ends reach the
 /// allocator only through this crate.
-pub use zsmalloc::{self, ClassStats, Geometry, PoolConfig, class::Header, format_class_table};
+pub use zsmalloc::{ClassStats, Geometry, Pool, PoolConfig, class::Header, format_class_table};
 
 /// Bytes in one page (one slot).
 pub const PAGE_SIZE: usize = 4096;

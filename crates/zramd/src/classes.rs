@@ -1,7 +1,6 @@
 //! `zramd classes`: the class table of an empty pool, as `/sys/kernel/debug/zsmalloc/*/classes`.
 
-use zram::zsmalloc::Pool;
-use zram::{PoolConfig, format_class_table};
+use zram::{Pool, PoolConfig, format_class_table};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

@@ -7,6 +7,7 @@ pub mod device;
 pub mod export;
 pub mod fuse;
 pub mod human;
+pub mod logging;
 pub mod metrics;
 pub mod nbd;
 pub mod registry;

@@ -2,10 +2,10 @@
 //!
 //! `serve` runs compressed RAM disks over NBD; `stat`, `compact`, `reset` and `set` talk to a
 //! running server through its control socket; `classes` prints the zsmalloc class table;
-//! `bench` runs the lab's measurements.
+//! `bench` runs the lab's measurements (the `zramd-lab` binary beside this one).
 
-mod bench;
 mod classes;
+mod forward;
 
 use std::path::PathBuf;
 
@@ -64,8 +64,8 @@ enum Command {
     /// Print the zsmalloc size-class table of an empty pool, in the kernel's format.
     Classes(classes::Args),
     /// Run a measurement and print its figures (`--input FILE`: the device; `pool`: the
-    /// allocator).
-    Bench(bench::Args),
+    /// allocator). Runs `zramd-lab bench` with the same arguments.
+    Bench(forward::Args),
 }
 
 #[derive(Debug, clap::Args)]
@@ -201,14 +201,7 @@ fn stat(a: &StatArgs) -> anyhow::Result<()> {
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    zramd::logging::init();
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(a) => zramd::serve::run(&serve_options(&a)?),
@@ -243,6 +236,6 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Classes(args) => classes::run(&args),
-        Command::Bench(args) => bench::run(&args),
+        Command::Bench(args) => forward::run(&args),
     }
 }

@@ -58,7 +58,7 @@
 //! first literal run uses the ordinary `0000LLLL` form unless the stream has nothing
 //! else. The hash function is our own, so single pages differ by a few bytes either way;
 //! over 16 MiB of binaries and text the totals agree within 0.1% for both variants (see
-//! `tests/lzo_kernel_parity.rs`).
+//! `crates/lab/tests/lzo_kernel_parity.rs`).
 
 mod decoder;
 mod encoder;

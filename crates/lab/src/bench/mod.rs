@@ -1,4 +1,5 @@
-//! `zramd bench`: the lab's measurements, each printing figures measured side by side.
+//! `zramd-lab bench` (which `zramd bench` runs): the lab's measurements, each printing
+//! figures measured side by side.
 
 mod device;
 mod nbd;
@@ -26,6 +27,7 @@ enum What {
     Untar(untar::Args),
 }
 
+/// Runs the measurement `args` names.
 pub fn run(args: &Args) -> anyhow::Result<()> {
     match &args.what {
         Some(What::Pool(a)) => pool::run(a),

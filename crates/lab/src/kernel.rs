@@ -8,7 +8,7 @@ use std::os::unix::fs::{FileExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::PAGE_SIZE;
+use zram::PAGE_SIZE;
 
 const CONTROL: &str = "/sys/class/zram-control";
 

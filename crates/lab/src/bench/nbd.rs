@@ -170,6 +170,20 @@ const SERVERS: [(&str, &[&str]); 7] = [
 /// Position of nbdkit's zstd allocator in [`SERVERS`].
 const NBDKIT_ZSTD: usize = 5;
 
+/// The `zramd` binary beside this one: the servers run as processes of their own, and the
+/// workspace builds `zramd` and `zramd-lab` into the same directory.
+fn zramd_exe() -> anyhow::Result<PathBuf> {
+    let path = std::env::current_exe()?.with_file_name("zramd");
+    if !path.is_file() {
+        bail!(
+            "{} not found: the nbd bench runs the zramd binary built beside zramd-lab \
+             (cargo build --release)",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
 /// Starts server `i` of [`SERVERS`] on a unix socket in `dir` and measures it.
 fn run_server(i: usize, dir: &Path, input: &Path, size: u64, bytes: u64) -> anyhow::Result<Row> {
     let (name, arg) = SERVERS[i];
@@ -187,7 +201,7 @@ fn run_server(i: usize, dir: &Path, input: &Path, size: u64, bytes: u64) -> anyh
         }
     }
     let child = if let Some(control) = &control {
-        Command::new(std::env::current_exe()?)
+        Command::new(zramd_exe()?)
             .args(["serve", "--size", &size.to_string()])
             .args(["--algorithm", arg[0], "--unit-size", arg[1], "--unix"])
             .arg(&socket)
@@ -267,6 +281,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             bail!("{tool} is not installed (apt-get install libnbd-bin qemu-utils nbdkit)");
         }
     }
+    zramd_exe()?;
     if args.repeat == 0 {
         bail!("--repeat must be at least 1");
     }

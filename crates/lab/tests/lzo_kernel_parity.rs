@@ -12,7 +12,7 @@ use std::fs::File;
 use std::io;
 use std::path::Path;
 
-use zram::kernel::{KernelZram, is_root, write_direct};
+use lab::kernel::{KernelZram, is_root, write_direct};
 use zram::lzo::{Compressor, Variant};
 
 pub mod common;

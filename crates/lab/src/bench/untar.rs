@@ -14,7 +14,7 @@ use anyhow::{Context as _, bail};
 use zram::{Size, ZramConfig};
 use zramd::serve::{DeviceSpec, ServeOptions, Server};
 
-use zram::kernel::{KernelZram, is_root, unavailable_reason};
+use crate::kernel::{KernelZram, is_root, unavailable_reason};
 
 const DELETE_ORDER: [&str; 5] = ["drivers", "arch", "fs", "sound", "include"];
 
@@ -119,7 +119,7 @@ impl Side for Ours {
         Ok(dev.mm_stat().fields().to_vec())
     }
     fn rss(&self) -> Option<u64> {
-        zsmalloc::sys::process_rss_bytes().map(|b| b as u64)
+        crate::rss::process_rss_bytes()
     }
     fn settle(&self) {
         // Automatic compaction runs in the background: give it a bounded while.

@@ -10,7 +10,7 @@ use anyhow::{Context as _, bail};
 use serde::Serialize;
 use zram::{Zram, ZramConfig};
 
-use zram::kernel::{AlignedBuf, KernelZram, unavailable_reason};
+use crate::kernel::{AlignedBuf, KernelZram, unavailable_reason};
 
 const PAGE: usize = 4096;
 

@@ -12,7 +12,7 @@
 use std::io;
 use std::path::Path;
 
-use zram::kernel::{KernelZram, is_root, read_direct, write_direct};
+use lab::kernel::{KernelZram, is_root, read_direct, write_direct};
 
 /// Bytes written to our device per call.
 const CHUNK: usize = 64 * PAGE_SIZE;

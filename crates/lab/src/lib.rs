@@ -1,0 +1,16 @@
+//! The lab: zramd measured side by side with named peers on the same machine. The
+//! `zramd-lab` binary (`main.rs`) is its command line; `zramd bench ARGS…` runs
+//! `zramd-lab bench ARGS…`.
+//!
+//! - [`bench`]: the measurements (`bench --input FILE`, `bench pool`, `bench nbd`,
+//!   `bench untar`), each a clap `Args` and a `run()`;
+//! - [`kernel`]: the kernel's own zram, hot-added for side-by-side runs and parity tests;
+//! - [`rss`]: this process's resident memory.
+//!
+//! The lab sits on top: it uses zsmalloc, zram and zramd's library (the untar bench serves
+//! a device in-process, the nbd bench asks a `zramd` process through its control socket);
+//! nothing below depends on it.
+
+pub mod bench;
+pub mod kernel;
+pub mod rss;

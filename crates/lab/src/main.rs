@@ -1,0 +1,30 @@
+//! `zramd-lab`: the lab's command line. `zramd-lab bench ARGS…` runs a measurement and
+//! prints its figures; `zramd bench ARGS…` runs exactly this.
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "zramd-lab",
+    version,
+    about = "zramd's lab: measurements side by side"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a measurement and print its figures (`--input FILE`: the device; `pool`: the
+    /// allocator).
+    Bench(lab::bench::Args),
+}
+
+fn main() -> anyhow::Result<()> {
+    // The untar bench serves a device in-process: its log goes where `zramd serve`'s does.
+    zramd::logging::init();
+    match Cli::parse().command {
+        Command::Bench(args) => lab::bench::run(&args),
+    }
+}
