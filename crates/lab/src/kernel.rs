@@ -22,15 +22,24 @@ pub fn is_root() -> bool {
         == Some("0")
 }
 
-/// Why the kernel's zram cannot be used here with `algorithm`, or `None` if it can.
-pub fn unavailable_reason(algorithm: &str) -> Option<String> {
+/// Why no kernel zram device can be hot-added here (not root, no zram in the kernel), or
+/// `None` if one can.
+pub fn absent_reason() -> Option<String> {
     if !is_root() {
-        return Some("not running as root".into());
+        return Some("not running as root (hot-adding a zram device needs it)".into());
     }
     if !Path::new(CONTROL).join("hot_add").exists() {
         return Some(format!(
             "{CONTROL} does not exist (no zram in this kernel?)"
         ));
+    }
+    None
+}
+
+/// Why the kernel's zram cannot be used here with `algorithm`, or `None` if it can.
+pub fn unavailable_reason(algorithm: &str) -> Option<String> {
+    if let Some(why) = absent_reason() {
+        return Some(why);
     }
     let probe = match KernelZram::add() {
         Ok(p) => p,

@@ -10,9 +10,8 @@
 
 use std::fs::File;
 use std::io;
-use std::path::Path;
 
-use lab::kernel::{KernelZram, is_root, write_direct};
+use lab::kernel::{KernelZram, absent_reason, write_direct};
 use zram::lzo::{Compressor, Variant};
 
 pub mod common;
@@ -20,7 +19,6 @@ pub mod common;
 use common::files;
 
 const PAGE: usize = 4096;
-const CONTROL: &str = "/sys/class/zram-control";
 /// Allowed relative difference between the kernel's total and ours.
 const TOLERANCE: f64 = 0.02;
 
@@ -179,12 +177,8 @@ fn kernel(dev: &Device, variant: Variant, corpus: &[u8]) -> io::Result<(Totals, 
 
 #[test]
 fn lzo_sizes_match_the_kernel() {
-    if !is_root() {
-        println!("SKIPPED lzo_sizes_match_the_kernel: needs root to hot-add a zram device");
-        return;
-    }
-    if !Path::new(CONTROL).exists() {
-        println!("SKIPPED lzo_sizes_match_the_kernel: no {CONTROL} (zram not built in/loaded)");
+    if let Some(why) = absent_reason() {
+        println!("SKIPPED lzo_sizes_match_the_kernel: {why}");
         return;
     }
     let corpus = corpus();
