@@ -283,9 +283,9 @@ impl Pool {
     }
 
     fn class_of(&self, handle: Handle) -> Result<(&SizeClass, usize, u64, u32)> {
-        let (pos, generation, slot) = handle.decode().ok_or(Error::StaleHandle(handle))?;
+        let (pos, generation, entry) = handle.decode().ok_or(Error::StaleHandle(handle))?;
         let class = self.classes.get(pos).ok_or(Error::StaleHandle(handle))?;
-        Ok((class, pos, generation, slot))
+        Ok((class, pos, generation, entry))
     }
 
     /// Allocates an object of `size` bytes (1..=4096) and returns its handle. The object's
@@ -311,21 +311,18 @@ impl Pool {
         };
         let obj = inner.meta_mut(id).take_free(geom.size, huge);
         let loc = Location { zspage: id, obj };
-        let (slot, generation) = match inner.handles.alloc(loc) {
-            Ok(sg) => sg,
-            Err(e) => {
-                inner.meta_mut(id).put_free(geom.size, huge, obj);
-                // A zspage made for this object alone must not stay behind empty.
-                if inner.meta(id).inuse == 0 {
-                    let run = inner.remove_zspage(id);
-                    drop(inner);
-                    self.release(run);
-                }
-                return Err(e);
+        let Some((entry, generation)) = inner.handles.alloc(loc) else {
+            inner.meta_mut(id).put_free(geom.size, huge, obj);
+            // A zspage made for this object alone must not stay behind empty.
+            if inner.meta(id).inuse == 0 {
+                let run = inner.remove_zspage(id);
+                drop(inner);
+                self.release(run);
             }
+            return Err(Error::TooManyObjects);
         };
         inner.epoch += 1;
-        let handle = Handle::encode(pos, generation, slot);
+        let handle = Handle::encode(pos, generation, entry);
         let meta = inner.meta_mut(id);
         if geom.header > 0 {
             set_header(
@@ -341,7 +338,7 @@ impl Pool {
 
     /// Stores `data` at the start of the object (`zs_obj_write`).
     pub fn write(&self, handle: Handle, data: &[u8]) -> Result<()> {
-        let (class, _, generation, slot) = self.class_of(handle)?;
+        let (class, _, generation, entry) = self.class_of(handle)?;
         let geom = class.geom;
         if data.len() > geom.capacity() {
             return Err(Error::TooLarge {
@@ -350,7 +347,10 @@ impl Pool {
             });
         }
         let mut inner = class.inner.lock();
-        let loc = inner.handles.get(handle, slot, generation)?;
+        let loc = inner
+            .handles
+            .get(entry, generation)
+            .ok_or(Error::StaleHandle(handle))?;
         let off = data_offset(&geom, loc.obj);
         inner.meta_mut(loc.zspage).run.bytes_mut()[off..off + data.len()].copy_from_slice(data);
         Ok(())
@@ -366,7 +366,7 @@ impl Pool {
         len: usize,
         f: impl FnOnce(&[u8]) -> R,
     ) -> Result<R> {
-        let (class, _, generation, slot) = self.class_of(handle)?;
+        let (class, _, generation, entry) = self.class_of(handle)?;
         let geom = class.geom;
         if len > geom.capacity() {
             return Err(Error::TooLarge {
@@ -375,7 +375,10 @@ impl Pool {
             });
         }
         let inner = class.inner.lock();
-        let loc = inner.handles.get(handle, slot, generation)?;
+        let loc = inner
+            .handles
+            .get(entry, generation)
+            .ok_or(Error::StaleHandle(handle))?;
         let off = data_offset(&geom, loc.obj);
         Ok(f(&inner.meta(loc.zspage).run.bytes()[off..off + len]))
     }
@@ -387,18 +390,26 @@ impl Pool {
 
     /// Bytes of caller data the object behind `handle` can hold.
     pub fn capacity(&self, handle: Handle) -> Result<usize> {
-        let (class, _, generation, slot) = self.class_of(handle)?;
-        class.inner.lock().handles.get(handle, slot, generation)?;
+        let (class, _, generation, entry) = self.class_of(handle)?;
+        class
+            .inner
+            .lock()
+            .handles
+            .get(entry, generation)
+            .ok_or(Error::StaleHandle(handle))?;
         Ok(class.geom.capacity())
     }
 
     /// Frees the object; the handle becomes stale. A zspage left empty goes back to the OS.
     pub fn free(&self, handle: Handle) -> Result<()> {
-        let (class, _, generation, slot) = self.class_of(handle)?;
+        let (class, _, generation, entry) = self.class_of(handle)?;
         let geom = class.geom;
         let released = {
             let mut inner = class.inner.lock();
-            let loc = inner.handles.free(handle, slot, generation)?;
+            let loc = inner
+                .handles
+                .free(entry, generation)
+                .ok_or(Error::StaleHandle(handle))?;
             inner.epoch += 1;
             let meta = inner.meta_mut(loc.zspage);
             if meta.inuse == 1 {
@@ -465,7 +476,7 @@ impl Pool {
                 }
                 // Steps per hold of the class lock: enough that a rebuilt index (a pass
                 // over the handle table) costs at most ~1024 entries per step.
-                let batch = COMPACT_BATCH.max(inner.handles.slots() / 1024);
+                let batch = COMPACT_BATCH.max(inner.handles.entries() / 1024);
                 for _ in 0..batch {
                     // Beyond the kernel, which stops once no whole zspage can be freed: go
                     // on until one partly used zspage is left, which `shorten_partial` fits.
@@ -696,20 +707,20 @@ impl Pool {
             let g = class.geom;
             let huge = g.is_huge();
             let inner = class.inner.lock();
-            // (zspage, object) -> handle slot, from the handle table; each place owned once.
+            // (zspage, object) -> handle entry, from the handle table; each place owned once.
             let mut owner = std::collections::BTreeMap::new();
-            for (slot, _, loc) in inner.handles.iter_live() {
+            for (entry, _, loc) in inner.handles.iter_live() {
                 let live = inner
                     .zspages
                     .get(loc.zspage as usize)
                     .is_some_and(Option::is_some);
                 if !live {
                     return Err(format!(
-                        "class {}: handle slot {slot} names a free zspage",
+                        "class {}: handle entry {entry} names a free zspage",
                         g.index
                     ));
                 }
-                if owner.insert((loc.zspage, loc.obj), slot).is_some() {
+                if owner.insert((loc.zspage, loc.obj), entry).is_some() {
                     return Err(format!(
                         "class {}: two handles name zspage {} object {}",
                         g.index, loc.zspage, loc.obj
@@ -767,7 +778,7 @@ impl Pool {
                 }
                 let owned: Vec<(u16, u32)> = owner
                     .range((id, 0)..=(id, u16::MAX))
-                    .map(|(&(_, obj), &slot)| (obj, slot))
+                    .map(|(&(_, obj), &entry)| (obj, entry))
                     .collect();
                 if owned.len() != meta.inuse as usize {
                     return Err(format!(
@@ -777,20 +788,20 @@ impl Pool {
                         meta.inuse
                     ));
                 }
-                for (obj, slot) in owned {
+                for (obj, entry) in owned {
                     if obj >= meta.fresh {
                         return Err(format!(
-                            "class {}: zspage {id}: handle slot {slot} names never-used object {obj}",
+                            "class {}: zspage {id}: handle entry {entry} names never-used object {obj}",
                             g.index
                         ));
                     }
                     if g.header > 0 {
                         let h = Handle::from_raw(header(bytes, g.size, obj as usize));
                         match h.decode() {
-                            Some((_, _, s)) if s == slot => {}
+                            Some((_, _, s)) if s == entry => {}
                             _ => {
                                 return Err(format!(
-                                    "class {}: zspage {id}: object {obj} header {h} is not its handle (slot {slot})",
+                                    "class {}: zspage {id}: object {obj} header {h} is not its handle (entry {entry})",
                                     g.index
                                 ));
                             }
@@ -832,14 +843,14 @@ impl Pool {
 /// Steps of compaction per hold of a class lock.
 const COMPACT_BATCH: usize = 32;
 
-/// The objects of each zspage of a class shard, as lists of handle slots threaded through
+/// The objects of each zspage of a class shard, as lists of handle entries threaded through
 /// `next`, from one pass over its handle table: objects need not carry their handle
 /// (`Header::Omitted`), and one pass serves many migrations. Kept right by [`migrate`] while
 /// the class lock is held.
 struct ObjectIndex {
-    /// Per zspage id: its first slot, or `NIL`.
+    /// Per zspage id: its first entry, or `NIL`.
     first: Vec<u32>,
-    /// Per handle slot: the next slot of the same zspage, or `NIL`.
+    /// Per handle entry: the next entry of the same zspage, or `NIL`.
     next: Vec<u32>,
 }
 
@@ -849,17 +860,17 @@ impl ObjectIndex {
     fn of(inner: &ClassInner) -> Self {
         let mut index = Self {
             first: vec![NIL; inner.zspages.len()],
-            next: vec![NIL; inner.handles.slots()],
+            next: vec![NIL; inner.handles.entries()],
         };
-        for (slot, _, loc) in inner.handles.iter_live() {
-            index.push(loc.zspage, slot);
+        for (entry, _, loc) in inner.handles.iter_live() {
+            index.push(loc.zspage, entry);
         }
         index
     }
 
-    fn push(&mut self, zspage: u32, slot: u32) {
-        self.next[slot as usize] = self.first[zspage as usize];
-        self.first[zspage as usize] = slot;
+    fn push(&mut self, zspage: u32, entry: u32) {
+        self.next[entry as usize] = self.first[zspage as usize];
+        self.first[zspage as usize] = entry;
     }
 }
 
@@ -880,25 +891,25 @@ fn migrate(
     let mut src = take(inner, src_id);
     let mut dst = take(inner, dst_id);
     while cur != NIL {
-        let slot = cur;
-        cur = index.next[slot as usize];
+        let entry = cur;
+        cur = index.next[entry as usize];
         if dst.inuse == dst.objs {
-            index.push(src_id, slot);
+            index.push(src_id, entry);
             continue;
         }
-        let obj = inner.handles.location(slot).obj;
+        let obj = inner.handles.location(entry).obj;
         let new_obj = dst.take_free(size, huge);
         let (from, to) = (obj as usize * size, new_obj as usize * size);
         dst.run.bytes_mut()[to..to + size].copy_from_slice(&src.run.bytes()[from..from + size]);
         inner.handles.relocate(
-            slot,
+            entry,
             Location {
                 zspage: dst_id,
                 obj: new_obj,
             },
         );
         src.put_free(size, huge, obj);
-        index.push(dst_id, slot);
+        index.push(dst_id, entry);
     }
     inner.zspages[src_id as usize] = Some(src);
     inner.zspages[dst_id as usize] = Some(dst);
