@@ -1,7 +1,9 @@
 //! The interface every object store offers, so that zram can run on zsmalloc or on an
 //! alternative allocator (afmalloc-style, plain malloc, zbud) and the lab can compare them.
 
-use crate::{Handle, Pool, Result};
+use crate::error::Result;
+use crate::handle::Handle;
+use crate::pool::Pool;
 
 /// An allocator of variable-size objects named by stable handles.
 pub trait Backend: Send + Sync + std::fmt::Debug {

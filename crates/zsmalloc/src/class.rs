@@ -18,7 +18,7 @@
 //! Invariants: `index_map[i] >= i`; `index_map[index_map[i]] == index_map[i]`; classes named
 //! by `index_map` are exactly the distinct classes the kernel prints.
 
-use crate::PAGE_SIZE;
+use crate::sys::{MAX_RUN_PAGES, PAGE_SIZE};
 
 /// Smallest object size (bytes, handle included) — the kernel's `ZS_MIN_ALLOC_SIZE`.
 pub const MIN_ALLOC_SIZE: usize = 32;
@@ -34,6 +34,8 @@ pub const HANDLE_SIZE: usize = 8;
 pub const MIN_CHAIN_SIZE: usize = 1;
 /// See [`MIN_CHAIN_SIZE`].
 pub const MAX_CHAIN_SIZE: usize = 16;
+// A zspage is one run of the page source.
+const _: () = assert!(MAX_CHAIN_SIZE <= MAX_RUN_PAGES);
 /// The kernel's default `CONFIG_ZSMALLOC_CHAIN_SIZE`.
 pub const DEFAULT_CHAIN_SIZE: usize = 8;
 

@@ -1,6 +1,6 @@
 //! The crate's error type.
 
-use crate::Handle;
+use crate::handle::Handle;
 
 /// Everything a pool operation can refuse.
 #[derive(Debug, thiserror::Error)]

@@ -31,8 +31,8 @@
 //! object is now; a free entry keeps the generation the next handle issued for it gets, and
 //! links the free entries oldest first.
 
-use crate::PAGE_SIZE;
 use crate::class::{MAX_CHAIN_SIZE, MIN_ALLOC_SIZE};
+use crate::sys::PAGE_SIZE;
 
 /// `(1 << bits) - 1`.
 const fn mask(bits: u32) -> u64 {

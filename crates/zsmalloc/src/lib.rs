@@ -37,6 +37,4 @@ pub use error::{Error, Result};
 pub use handle::Handle;
 pub use pool::Pool;
 pub use stats::{ClassStats, PoolStats, format_class_table};
-
-/// Bytes in one page.
-pub const PAGE_SIZE: usize = 4096;
+pub use sys::PAGE_SIZE;

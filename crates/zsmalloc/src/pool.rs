@@ -540,7 +540,7 @@ impl Pool {
                 break;
             };
             self.pages_allocated.fetch_add(wanted, Ordering::Relaxed);
-            let objs = wanted * crate::PAGE_SIZE / geom.size;
+            let objs = wanted * crate::sys::PAGE_SIZE / geom.size;
             let released = {
                 let mut inner = class.inner.lock();
                 match inner.zspages.get(src as usize).and_then(Option::as_ref) {
@@ -737,7 +737,7 @@ impl Pool {
                 let bytes = meta.run.bytes();
                 let objs = meta.objs as usize;
                 if meta.run.pages() > g.pages_per_zspage
-                    || objs != meta.run.pages() * crate::PAGE_SIZE / g.size
+                    || objs != meta.run.pages() * crate::sys::PAGE_SIZE / g.size
                 {
                     return Err(format!(
                         "class {}: zspage {id} has {} pages and {objs} objects",

@@ -16,7 +16,7 @@
 //! `objs == pages * 4096 / size` (so `objs == objs_per_zspage` for a full-length zspage).
 
 use crate::handle::is_handle_word;
-use crate::sys::PageRun;
+use crate::sys::{PAGE_SIZE, PageRun};
 
 /// No next free object.
 pub(crate) const NO_OBJ: u16 = u16::MAX;
@@ -94,7 +94,7 @@ impl ZsPage {
         if self.inuse == 0 || self.inuse == self.objs {
             return 0;
         }
-        let need = (self.inuse as usize * size).div_ceil(crate::PAGE_SIZE);
+        let need = (self.inuse as usize * size).div_ceil(PAGE_SIZE);
         self.run.pages().saturating_sub(need)
     }
 

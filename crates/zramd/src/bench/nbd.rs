@@ -90,7 +90,8 @@ impl Drop for Server {
     }
 }
 
-fn rss_mib(pid: u32) -> anyhow::Result<f64> {
+/// Resident memory of process `pid` in MiB (`VmRSS`).
+pub(super) fn rss_mib(pid: u32) -> anyhow::Result<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let kb: f64 = status
         .lines()

@@ -128,7 +128,8 @@ impl Side for Ours {
         Ok(dev.mm_stat().fields().to_vec())
     }
     fn rss(&self) -> Option<u64> {
-        zsmalloc::sys::process_rss_bytes().map(|b| b as u64)
+        let mib = super::nbd::rss_mib(std::process::id()).ok()?;
+        Some((mib * 1048576.0) as u64)
     }
     fn settle(&self) {
         // Automatic compaction runs in the background: give it a bounded while.
