@@ -365,17 +365,6 @@ impl Drop for PageRun {
     }
 }
 
-/// A small number naming the calling thread, handed out in order of first use: the pool's
-/// shard for this thread is `thread_slot() % shards`. (Keyed by thread rather than by CPU so
-/// that one thread keeps to one shard even when the scheduler moves it: a single writer then
-/// packs its objects exactly as the kernel's pool would.)
-pub fn thread_slot() -> usize {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local!(static SLOT: usize = NEXT.fetch_add(1, Ordering::Relaxed));
-    SLOT.with(|s| *s)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
