@@ -242,9 +242,9 @@ impl ClassTable {
         }
         desc.reverse();
         let mut position = vec![0; NUM_CLASSES];
-        for (i, slot) in position.iter_mut().enumerate() {
+        for (i, pos) in position.iter_mut().enumerate() {
             let target = index_map[i];
-            *slot = desc
+            *pos = desc
                 .iter()
                 .position(|c| c.index == target)
                 .unwrap_or_default();

@@ -24,7 +24,7 @@ pub struct ClassStats {
     pub almost_full: usize,
     /// Zspages in use up to 3/4, but not empty.
     pub almost_empty: usize,
-    /// Object slots in the class's zspages.
+    /// Objects the class's zspages hold (used or free).
     pub obj_allocated: usize,
     /// Objects in use.
     pub obj_used: usize,
@@ -45,7 +45,7 @@ pub struct PoolStats {
     pub pages_compacted: u64,
     /// Objects in use.
     pub obj_used: usize,
-    /// Object slots in all zspages.
+    /// Objects all zspages hold (used or free).
     pub obj_allocated: usize,
     /// Bytes of bookkeeping outside the zspages.
     pub metadata_bytes: usize,

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use crate::sync::Mutex;
 
-/// Bytes in one page: the OS's page, the unit runs are made of.
+/// Bytes in one page: the OS's page, of which runs are made.
 pub const PAGE_SIZE: usize = 4096;
 
 /// Longest run handed out, in pages (the longest zspage: the kernel's largest chain size).

@@ -120,8 +120,8 @@ fn stale_and_double_free() {
             assert_eq!(p.total_pages(), pages);
             keep.verify(&p, 0);
 
-            // The slot is reused for the next object of the class, under a new generation:
-            // the old handle stays stale and cannot touch the new object.
+            // The handle-table entry is reused for the next object of the class, under a new
+            // generation: the old handle stays stale and cannot touch the new object.
             let h2 = p.malloc(size).unwrap();
             assert_ne!(h2, h, "a freed handle is never issued again at once");
             p.write(h2, &vec![9; size]).unwrap();
@@ -273,8 +273,8 @@ fn write_past_capacity_loses_nothing() {
 }
 
 #[test]
-fn stale_handle_stays_stale_while_its_slot_is_reused() {
-    // Freeing bumps the slot's 15-bit generation; a malloc/free loop reuses the same slot
+fn stale_handle_stays_stale_while_its_entry_is_reused() {
+    // Freeing bumps the entry's 19-bit generation; a malloc/free loop reuses the same entry
     // every time, so the freed handle must stay refused through thousands of reuses.
     let p = pool(4);
     let anchor = p.malloc(100).unwrap();
