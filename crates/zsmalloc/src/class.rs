@@ -184,7 +184,6 @@ pub fn nominal_index(size: usize) -> usize {
 #[derive(Debug, Clone)]
 pub struct ClassTable {
     chain_size: usize,
-    geometry: Geometry,
     header: Header,
     /// Distinct classes, in ascending index order.
     classes: Vec<ClassGeometry>,
@@ -194,17 +193,15 @@ pub struct ClassTable {
 }
 
 impl ClassTable {
-    /// Builds the table for `chain_size` pages per zspage at most.
+    /// The seed kernel's table (6.2, seed 000) for zspages of at most `chain_size` pages:
+    /// its zspage-length rule ([`Geometry::Seed`]) and its object layout, the handle in
+    /// every object ([`Header::Handle`]), so its classes, class counts and huge watermark are
+    /// the ones seed 000 prints. A pool builds its table from its `PoolConfig` instead
+    /// ([`with_layout`](Self::with_layout)), by default in the zram device's layout.
     ///
-    /// # Panics
-    /// Never for a `chain_size` in `MIN_CHAIN_SIZE..=MAX_CHAIN_SIZE`; callers validate first.
+    /// `chain_size` must be in `MIN_CHAIN_SIZE..=MAX_CHAIN_SIZE`; callers validate first.
     pub fn new(chain_size: usize) -> Self {
-        Self::with_geometry(chain_size, Geometry::Seed)
-    }
-
-    /// Builds the table for `chain_size` with a zspage-length rule (kernel object layout).
-    pub fn with_geometry(chain_size: usize, geometry: Geometry) -> Self {
-        Self::with_layout(chain_size, geometry, Header::Handle)
+        Self::with_layout(chain_size, Geometry::Seed, Header::Handle)
     }
 
     /// Builds the table for `chain_size` with a zspage-length rule and an object layout.
@@ -251,7 +248,6 @@ impl ClassTable {
         }
         Self {
             chain_size,
-            geometry,
             header,
             classes: desc,
             position,
@@ -262,11 +258,6 @@ impl ClassTable {
     /// The chain size this table was built for.
     pub fn chain_size(&self) -> usize {
         self.chain_size
-    }
-
-    /// The zspage-length rule.
-    pub fn geometry(&self) -> Geometry {
-        self.geometry
     }
 
     /// Where objects keep their handle.
@@ -317,7 +308,7 @@ mod tests {
     fn min_waste_geometry_is_the_current_kernels() {
         // Kernel 6.3+ on chain 8 (its default): 119 distinct classes; 208-byte objects take
         // 3-page zspages of 59 objects (16 bytes wasted) instead of 2 pages of 39 (80).
-        let t = ClassTable::with_geometry(8, Geometry::MinWaste);
+        let t = ClassTable::with_layout(8, Geometry::MinWaste, Header::Handle);
         assert_eq!(t.classes().len(), 119);
         let c = t.class_at_index(11).unwrap();
         assert_eq!(

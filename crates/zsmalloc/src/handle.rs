@@ -53,7 +53,7 @@ const GEN_MASK: u64 = mask(GEN_BITS);
 const ENTRY_MASK: u64 = mask(ENTRY_BITS);
 
 /// Top bits of every handle.
-pub(crate) const HANDLE_MAGIC: u64 = 0b10101;
+const HANDLE_MAGIC: u64 = 0b10101;
 const _: () = assert!(HANDLE_MAGIC <= mask(MAGIC_BITS));
 /// Most class shards a pool can have (size classes × shards per class).
 pub(crate) const MAX_CLASS_SHARDS: usize = 1 << SHARD_BITS;

@@ -70,7 +70,7 @@ impl Pool {
                 capacity += objs;
                 zspage_pages += meta.run.pages();
                 let free = meta
-                    .free_list(g.size, huge, objs)
+                    .free_list(g.size, huge)
                     .ok_or_else(|| format!("class {}: zspage {id}: broken free list", g.index))?;
                 if let Some(obj) = free.iter().find(|&&o| owner.contains_key(&(id, o))) {
                     return Err(format!(

@@ -158,7 +158,8 @@ impl PageSource {
 
     /// Address space reserved in arenas, in bytes (not memory: untouched or released pages
     /// cost nothing).
-    pub fn reserved_bytes(&self) -> usize {
+    #[cfg(test)]
+    fn reserved_bytes(&self) -> usize {
         self.inner.lock().arenas.iter().map(|a| a.len).sum()
     }
 

@@ -4,13 +4,15 @@
 //!
 //! Representation. A [`ZsPage`] owns its memory (a [`PageRun`] of virtually contiguous
 //! pages, so no object ever straddles a mapping boundary) and its bookkeeping; it lives in
-//! its class and is guarded by the class lock, like everything else in the class.
+//! its class shard and is guarded by the shard's lock, like everything else in the shard.
 //!
-//! Object layout (non-huge classes): the first 8 bytes of an allocated object hold its
-//! handle (little endian, with the handle magic in its top bits), the caller's bytes follow;
-//! a free object's first 8 bytes hold the index of the next free object (top bits zero). Objects
-//! at or past `fresh` have never been used and are not linked. Huge classes (one object
-//! per one-page zspage) keep no header.
+//! Object layout (non-huge classes): a free object's first 8 bytes hold the index of the
+//! next free object (top bits zero). With the kernel's layout (`Header::Handle`) the first 8
+//! bytes of an allocated object hold its handle (little endian, with the handle magic in its
+//! top bits) and the caller's bytes follow; with `Header::Omitted` an allocated object holds
+//! the caller's bytes alone. Objects at or past `fresh` have never been used and are not
+//! linked. Huge classes (one object per one-page zspage) keep no header and no link: their
+//! one object is free or not.
 //!
 //! Invariant: `inuse + free_list_len + (objs - fresh) == objs`, and
 //! `objs == pages * 4096 / size` (so `objs == objs_per_zspage` for a full-length zspage).
@@ -71,11 +73,6 @@ pub(crate) fn set_header(mem: &mut [u8], size: usize, obj: usize, value: u64) {
     mem[off..off + 8].copy_from_slice(&value.to_le_bytes());
 }
 
-/// Does this header word belong to an allocated object?
-pub(crate) fn is_allocated(word: u64) -> bool {
-    is_handle_word(word)
-}
-
 impl ZsPage {
     pub fn new(run: PageRun, objs: usize) -> Self {
         Self {
@@ -132,7 +129,8 @@ impl ZsPage {
     }
 
     /// The free list's objects (walks it; for invariant checks), or `None` if it is broken.
-    pub fn free_list(&self, size: usize, huge: bool, objs: usize) -> Option<Vec<u16>> {
+    pub fn free_list(&self, size: usize, huge: bool) -> Option<Vec<u16>> {
+        let objs = self.objs as usize;
         let mem = self.run.bytes();
         let mut list = Vec::new();
         let mut cur = self.free_head;
@@ -145,7 +143,7 @@ impl ZsPage {
                 NO_OBJ
             } else {
                 let word = header(mem, size, cur as usize);
-                if is_allocated(word) {
+                if is_handle_word(word) {
                     return None;
                 }
                 (word & 0xFFFF) as u16
