@@ -326,14 +326,14 @@ mod tests {
     }
 
     #[test]
-    fn huge_watermarks() {
+    fn seed_huge_watermarks() {
         assert_eq!(ClassTable::new(4).huge_class_size(), 3264 - 7);
         assert_eq!(ClassTable::new(8).huge_class_size(), 3632 - 7);
         assert_eq!(ClassTable::new(16).huge_class_size(), 3840 - 7);
     }
 
     #[test]
-    fn lookup_adds_handle_and_follows_merges() {
+    fn seed_lookup_adds_handle_and_follows_merges() {
         let t = ClassTable::new(4);
         // 1560 + 8 = 1568 -> nominal 96, merged into class 100 (1632 bytes) with chain 4.
         assert_eq!(t.class_for(1560).index, 100);

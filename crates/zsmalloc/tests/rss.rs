@@ -3,8 +3,9 @@
 //! About 1 GiB of objects of mixed sizes is stored, 90% of them are freed at random and the
 //! pool is compacted; at both points the growth of the process's RSS over a baseline taken
 //! before the pool was filled must be within 5% of `total_pages() * 4096 +
-//! metadata_bytes()`. This file holds one test so that nothing else in the process moves
-//! its RSS.
+//! metadata_bytes()`. The pool has the default layout, the zram device's (the layout does
+//! not change how pages are held or given back). This file holds one test so that nothing
+//! else in the process moves its RSS.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
