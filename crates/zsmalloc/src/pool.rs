@@ -24,6 +24,12 @@
 //!
 //! The pool-wide page counters are atomics, taken under no lock.
 //!
+//! Beyond the kernel, each size class is split into up to 16 *shards* (`PoolConfig::shards`,
+//! one per CPU by default), each with its own lock, zspages and handle table; an object
+//! stays in its shard for life. A class uses its first shard until threads contend for it,
+//! then each thread its own (see `shard.rs`), so a class one thread uses packs exactly as
+//! the kernel's.
+//!
 //! The kernel also has a per-zspage lock so that a mapped object can be read without the
 //! class lock; here an object is only borrowed for the span of a closure
 //! ([`Pool::with_object`]), under the class-shard lock, which that closure therefore must
