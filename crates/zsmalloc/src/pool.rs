@@ -133,6 +133,7 @@ impl Pool {
     }
 
     /// Pages for a new zspage (call without a class-shard lock).
+    #[inline]
     pub(crate) fn alloc_run(&self, pages: usize) -> std::io::Result<PageRun> {
         let run = self.source.alloc(pages)?;
         self.pages_allocated.fetch_add(pages, Ordering::Relaxed);
@@ -141,6 +142,7 @@ impl Pool {
 
     /// Gives a removed zspage's pages back (call without a class-shard lock); returns how
     /// many.
+    #[inline]
     pub(crate) fn release(&self, run: PageRun) -> usize {
         let pages = run.pages();
         self.pages_allocated.fetch_sub(pages, Ordering::Relaxed);
@@ -150,6 +152,7 @@ impl Pool {
 }
 
 /// `malloc` sizes are 1..=4096 bytes.
+#[inline]
 pub(crate) fn check_size(size: usize) -> Result<()> {
     if size == 0 || size > MAX_ALLOC_SIZE {
         Err(Error::InvalidSize(size))

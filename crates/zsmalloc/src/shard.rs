@@ -76,12 +76,14 @@ impl ShardInner {
         }
     }
 
+    #[inline]
     pub fn meta(&self, id: u32) -> &ZsPage {
         self.zspages[id as usize]
             .as_ref()
             .unwrap_or_else(|| unreachable!("live location names a free zspage id {id}"))
     }
 
+    #[inline]
     pub fn meta_mut(&mut self, id: u32) -> &mut ZsPage {
         self.zspages[id as usize]
             .as_mut()
@@ -154,6 +156,7 @@ impl ShardInner {
     }
 
     /// The fullest zspage with room (groups <100% … empty), excluding `except`.
+    #[inline]
     pub fn fullest_with_room(&self, except: Option<u32>) -> Option<u32> {
         (GROUP_EMPTY..GROUP_FULL)
             .rev()
@@ -161,10 +164,12 @@ impl ShardInner {
     }
 
     /// The emptiest non-empty, non-full zspage, excluding `except`.
+    #[inline]
     pub fn emptiest(&self, except: Option<u32>) -> Option<u32> {
         (GROUP_EMPTY + 1..GROUP_FULL).find_map(|g| self.pick(g, except))
     }
 
+    #[inline]
     fn pick(&self, group: u8, except: Option<u32>) -> Option<u32> {
         self.groups[group as usize]
             .iter()
@@ -174,6 +179,7 @@ impl ShardInner {
     }
 
     /// Objects in use.
+    #[inline]
     pub fn obj_used(&self) -> usize {
         self.handles.live()
     }
@@ -215,6 +221,7 @@ impl Shards {
     }
 
     /// The shard at a position, if there is one (a handle's position may be forged).
+    #[inline]
     pub fn get(&self, pos: usize) -> Option<&ClassShard> {
         self.all.get(pos).map(|s| &**s)
     }
@@ -234,6 +241,7 @@ impl Shards {
     /// class that only one thread at a time uses keeps to one shard and packs exactly as the
     /// kernel's, and only classes that threads really contend for pay for extra shards.
     /// Returns the shard's position, the shard and its lock.
+    #[inline]
     pub fn lock_for_malloc(
         &self,
         class_pos: usize,
@@ -260,6 +268,7 @@ impl Shards {
 /// class's shard for this thread is `thread_number() % shards`. (Keyed by thread rather
 /// than by CPU so that one thread keeps to one shard even when the scheduler moves it: a
 /// single writer then packs its objects exactly as the kernel's pool would.)
+#[inline]
 fn thread_number() -> usize {
     use std::sync::atomic::AtomicUsize;
     static NEXT: AtomicUsize = AtomicUsize::new(0);

@@ -48,6 +48,7 @@ pub(crate) struct ZsPage {
 }
 
 /// The fullness group for `inuse` of `objs` objects.
+#[inline]
 pub(crate) fn fullness_group(inuse: usize, objs: usize) -> u8 {
     if inuse == 0 {
         GROUP_EMPTY
@@ -60,6 +61,7 @@ pub(crate) fn fullness_group(inuse: usize, objs: usize) -> u8 {
 }
 
 /// Reads the 8-byte header of object `obj` of `size` bytes.
+#[inline]
 pub(crate) fn header(mem: &[u8], size: usize, obj: usize) -> u64 {
     let off = obj * size;
     let mut word = [0u8; 8];
@@ -68,6 +70,7 @@ pub(crate) fn header(mem: &[u8], size: usize, obj: usize) -> u64 {
 }
 
 /// Writes the 8-byte header of object `obj` of `size` bytes.
+#[inline]
 pub(crate) fn set_header(mem: &mut [u8], size: usize, obj: usize, value: u64) {
     let off = obj * size;
     mem[off..off + 8].copy_from_slice(&value.to_le_bytes());
@@ -96,6 +99,7 @@ impl ZsPage {
     }
 
     /// Takes a free object index (the caller knows the zspage is not full).
+    #[inline]
     pub fn take_free(&mut self, size: usize, huge: bool) -> u16 {
         let obj = if self.free_head != NO_OBJ {
             let obj = self.free_head;
@@ -115,6 +119,7 @@ impl ZsPage {
     }
 
     /// Links object `obj` into the free list.
+    #[inline]
     pub fn put_free(&mut self, size: usize, huge: bool, obj: u16) {
         if !huge {
             set_header(
