@@ -1,14 +1,19 @@
-//! This process's resident memory, as the kernel counts it: the second field of
-//! `/proc/self/statm`, in pages.
+//! A process's resident memory, as the kernel counts it (`VmRSS`): the second field of
+//! `/proc/PID/statm`, in pages.
 
 use zram::PAGE_SIZE;
 
-/// Resident memory of this process in bytes, from `/proc/self/statm` (`None` where that
-/// file cannot be read or parsed).
-pub fn process_rss_bytes() -> Option<u64> {
-    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+/// Resident memory of process `pid` in bytes (`None` where its `statm` cannot be read or
+/// parsed, e.g. the process is gone).
+pub fn rss_bytes(pid: u32) -> Option<u64> {
+    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
     let resident: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
     Some(resident * PAGE_SIZE as u64)
+}
+
+/// Resident memory of this process in bytes.
+pub fn process_rss_bytes() -> Option<u64> {
+    rss_bytes(std::process::id())
 }
 
 #[cfg(test)]

@@ -1,11 +1,13 @@
 //! Criterion micro-benchmarks: malloc+write, read and free per size class, on one and on two
-//! threads (each thread with its own objects in one shared pool).
+//! threads (each thread with its own objects in one shared pool), in both layouts: the zram
+//! device's (the default: min-waste zspage lengths, no handle header) and the seed kernel's
+//! (`PoolConfig::seed`: its zspage lengths, the handle written into every object).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use zsmalloc::{Handle, Pool};
+use zsmalloc::{Handle, Pool, PoolConfig};
 
 const SIZES: &[usize] = &[64, 256, 1024, 2048, 3072, 4096];
 const BATCH: usize = 2048;
@@ -36,8 +38,13 @@ fn malloc_batch(pool: &Pool, size: usize, data: &[u8]) -> Vec<Handle> {
 
 fn bench_pool(c: &mut Criterion) {
     let data = vec![0x5au8; 4096];
-    for threads in [1usize, 2] {
-        let mut group = c.benchmark_group(format!("pool/{threads}t"));
+    let layouts = [
+        ("device", PoolConfig::default()),
+        ("seed", PoolConfig::seed(8)),
+    ];
+    for ((layout, config), threads) in layouts.into_iter().flat_map(|l| [(l, 1usize), (l, 2)]) {
+        let pool = || Pool::with_config(config).expect("pool");
+        let mut group = c.benchmark_group(format!("pool/{layout}/{threads}t"));
         group
             .sample_size(20)
             .measurement_time(Duration::from_secs(2));
@@ -46,7 +53,7 @@ fn bench_pool(c: &mut Criterion) {
             group.throughput(Throughput::Elements((BATCH * threads) as u64));
             group.bench_with_input(BenchmarkId::new("malloc_write", size), &size, |b, &size| {
                 b.iter_custom(|iters| {
-                    let pool = Pool::new(8).expect("pool");
+                    let pool = pool();
                     let mut total = Duration::ZERO;
                     for _ in 0..iters {
                         total += on_threads(threads, |_| {
@@ -62,7 +69,7 @@ fn bench_pool(c: &mut Criterion) {
             });
             group.bench_with_input(BenchmarkId::new("read", size), &size, |b, &size| {
                 b.iter_custom(|iters| {
-                    let pool = Pool::new(8).expect("pool");
+                    let pool = pool();
                     let mut total = Duration::ZERO;
                     for _ in 0..iters {
                         total += on_threads(threads, |_| {
@@ -84,7 +91,7 @@ fn bench_pool(c: &mut Criterion) {
             });
             group.bench_with_input(BenchmarkId::new("free", size), &size, |b, &size| {
                 b.iter_custom(|iters| {
-                    let pool = Pool::new(8).expect("pool");
+                    let pool = pool();
                     let mut total = Duration::ZERO;
                     for _ in 0..iters {
                         total += on_threads(threads, |_| {

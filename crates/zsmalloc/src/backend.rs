@@ -1,7 +1,13 @@
 //! The interface every object store offers, so that zram can run on zsmalloc or on an
 //! alternative allocator (afmalloc-style, plain malloc, zbud) and the lab can compare them.
+//!
+//! Nothing uses it yet: it is here for the alternative allocators that come next (the
+//! layers in the design: "alternative backends … chosen per device"), and zsmalloc's
+//! implementation below is the reference they are measured against.
 
-use crate::{Handle, Pool, Result};
+use crate::error::Result;
+use crate::handle::Handle;
+use crate::pool::Pool;
 
 /// An allocator of variable-size objects named by stable handles.
 pub trait Backend: Send + Sync + std::fmt::Debug {

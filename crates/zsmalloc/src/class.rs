@@ -18,7 +18,7 @@
 //! Invariants: `index_map[i] >= i`; `index_map[index_map[i]] == index_map[i]`; classes named
 //! by `index_map` are exactly the distinct classes the kernel prints.
 
-use crate::PAGE_SIZE;
+use crate::sys::{MAX_RUN_PAGES, PAGE_SIZE};
 
 /// Smallest object size (bytes, handle included) — the kernel's `ZS_MIN_ALLOC_SIZE`.
 pub const MIN_ALLOC_SIZE: usize = 32;
@@ -34,6 +34,8 @@ pub const HANDLE_SIZE: usize = 8;
 pub const MIN_CHAIN_SIZE: usize = 1;
 /// See [`MIN_CHAIN_SIZE`].
 pub const MAX_CHAIN_SIZE: usize = 16;
+// A zspage is one run of the page source.
+const _: () = assert!(MAX_CHAIN_SIZE <= MAX_RUN_PAGES);
 /// The kernel's default `CONFIG_ZSMALLOC_CHAIN_SIZE`.
 pub const DEFAULT_CHAIN_SIZE: usize = 8;
 
@@ -182,7 +184,6 @@ pub fn nominal_index(size: usize) -> usize {
 #[derive(Debug, Clone)]
 pub struct ClassTable {
     chain_size: usize,
-    geometry: Geometry,
     header: Header,
     /// Distinct classes, in ascending index order.
     classes: Vec<ClassGeometry>,
@@ -192,17 +193,15 @@ pub struct ClassTable {
 }
 
 impl ClassTable {
-    /// Builds the table for `chain_size` pages per zspage at most.
+    /// The seed kernel's table (6.2, seed 000) for zspages of at most `chain_size` pages:
+    /// its zspage-length rule ([`Geometry::Seed`]) and its object layout, the handle in
+    /// every object ([`Header::Handle`]), so its classes, class counts and huge watermark are
+    /// the ones seed 000 prints. A pool builds its table from its `PoolConfig` instead
+    /// ([`with_layout`](Self::with_layout)), by default in the zram device's layout.
     ///
-    /// # Panics
-    /// Never for a `chain_size` in `MIN_CHAIN_SIZE..=MAX_CHAIN_SIZE`; callers validate first.
+    /// `chain_size` must be in `MIN_CHAIN_SIZE..=MAX_CHAIN_SIZE`; callers validate first.
     pub fn new(chain_size: usize) -> Self {
-        Self::with_geometry(chain_size, Geometry::Seed)
-    }
-
-    /// Builds the table for `chain_size` with a zspage-length rule (kernel object layout).
-    pub fn with_geometry(chain_size: usize, geometry: Geometry) -> Self {
-        Self::with_layout(chain_size, geometry, Header::Handle)
+        Self::with_layout(chain_size, Geometry::Seed, Header::Handle)
     }
 
     /// Builds the table for `chain_size` with a zspage-length rule and an object layout.
@@ -240,16 +239,15 @@ impl ClassTable {
         }
         desc.reverse();
         let mut position = vec![0; NUM_CLASSES];
-        for (i, slot) in position.iter_mut().enumerate() {
+        for (i, pos) in position.iter_mut().enumerate() {
             let target = index_map[i];
-            *slot = desc
+            *pos = desc
                 .iter()
                 .position(|c| c.index == target)
                 .unwrap_or_default();
         }
         Self {
             chain_size,
-            geometry,
             header,
             classes: desc,
             position,
@@ -260,11 +258,6 @@ impl ClassTable {
     /// The chain size this table was built for.
     pub fn chain_size(&self) -> usize {
         self.chain_size
-    }
-
-    /// The zspage-length rule.
-    pub fn geometry(&self) -> Geometry {
-        self.geometry
     }
 
     /// Where objects keep their handle.
@@ -315,7 +308,7 @@ mod tests {
     fn min_waste_geometry_is_the_current_kernels() {
         // Kernel 6.3+ on chain 8 (its default): 119 distinct classes; 208-byte objects take
         // 3-page zspages of 59 objects (16 bytes wasted) instead of 2 pages of 39 (80).
-        let t = ClassTable::with_geometry(8, Geometry::MinWaste);
+        let t = ClassTable::with_layout(8, Geometry::MinWaste, Header::Handle);
         assert_eq!(t.classes().len(), 119);
         let c = t.class_at_index(11).unwrap();
         assert_eq!(
@@ -333,14 +326,14 @@ mod tests {
     }
 
     #[test]
-    fn huge_watermarks() {
+    fn seed_huge_watermarks() {
         assert_eq!(ClassTable::new(4).huge_class_size(), 3264 - 7);
         assert_eq!(ClassTable::new(8).huge_class_size(), 3632 - 7);
         assert_eq!(ClassTable::new(16).huge_class_size(), 3840 - 7);
     }
 
     #[test]
-    fn lookup_adds_handle_and_follows_merges() {
+    fn seed_lookup_adds_handle_and_follows_merges() {
         let t = ClassTable::new(4);
         // 1560 + 8 = 1568 -> nominal 96, merged into class 100 (1632 bytes) with chain 4.
         assert_eq!(t.class_for(1560).index, 100);

@@ -1,6 +1,6 @@
 //! The crate's error type.
 
-use crate::Handle;
+use crate::handle::Handle;
 
 /// Everything a pool operation can refuse.
 #[derive(Debug, thiserror::Error)]
@@ -23,7 +23,7 @@ pub enum Error {
         /// Bytes the object holds.
         capacity: usize,
     },
-    /// A class ran out of handle slots (2^32 - 1 objects).
+    /// A class shard's handle table is full (2^28 - 1 live objects).
     #[error("too many objects in one size class")]
     TooManyObjects,
     /// The OS refused memory.

@@ -3,10 +3,10 @@
 //! Objects of 1..=4096 bytes are packed into *zspages* (runs of up to `chain_size` pages)
 //! by *size class*; the classes, their zspage geometry, their merging and the huge-class
 //! watermark are exactly the kernel's for any chain size ([`class`]). Objects are named by
-//! stable [`Handle`]s that survive compaction. Every class has its own lock; the lock order
-//! is documented in [`pool`]. Zspages are carved from large anonymous mappings and an
-//! emptied zspage's pages go back to the OS at once ([`sys`]), so the process's resident
-//! memory follows [`Pool::total_pages`].
+//! stable [`Handle`]s that survive compaction. Every class is split into *shards*, each
+//! with its own lock; the lock order is documented in [`pool`]. Zspages are carved from
+//! large anonymous mappings and an emptied zspage's pages go back to the OS at once
+//! ([`sys`]), so the process's resident memory follows [`Pool::total_pages`].
 //!
 //! ```
 //! let pool = zsmalloc::Pool::new(8).unwrap();
@@ -18,17 +18,30 @@
 //! pool.free(h).unwrap();
 //! ```
 
-pub mod backend;
+// Settings and geometry.
 pub mod class;
 mod config;
-mod error;
-mod handle;
-pub mod pool;
-pub mod stats;
+
+// Memory from the OS and the locks.
 mod sync;
 #[expect(unsafe_code, reason = "the one module that maps and releases memory")]
 pub mod sys;
+
+// Names and places: handles, zspages, class shards.
+mod handle;
+mod shard;
 mod zspage;
+
+// The pool and its mechanisms, one file each (each an `impl Pool`).
+mod alloc;
+mod compact;
+mod invariants;
+pub mod pool;
+pub mod stats;
+
+// Errors, and the interface alternative allocators will share.
+pub mod backend;
+mod error;
 
 pub use backend::Backend;
 pub use class::{ClassGeometry, ClassTable, Geometry};
@@ -37,6 +50,4 @@ pub use error::{Error, Result};
 pub use handle::Handle;
 pub use pool::Pool;
 pub use stats::{ClassStats, PoolStats, format_class_table};
-
-/// Bytes in one page.
-pub const PAGE_SIZE: usize = 4096;
+pub use sys::PAGE_SIZE;

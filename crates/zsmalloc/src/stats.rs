@@ -1,6 +1,17 @@
-//! Pool statistics and the kernel's text formats for them.
+//! Statistics: what the pool reports about itself (the kernel's `zs_stats_size_show`,
+//! `zs_can_compact`, and our freeable/shortenable/compactable counts and metadata bytes),
+//! and the kernel's text format for the class table.
+//!
+//! Every figure is read under each class-shard lock in turn, so it is exact for each shard
+//! and a sum of moments for the pool.
 
 use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+
+use crate::class::ClassGeometry;
+use crate::pool::Pool;
+use crate::shard::ShardInner;
+use crate::zspage::ZsPage;
 
 /// One row of the kernel's `/sys/kernel/debug/zsmalloc/<pool>/classes`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -13,7 +24,7 @@ pub struct ClassStats {
     pub almost_full: usize,
     /// Zspages in use up to 3/4, but not empty.
     pub almost_empty: usize,
-    /// Object slots in the class's zspages.
+    /// Objects the class's zspages hold (used or free).
     pub obj_allocated: usize,
     /// Objects in use.
     pub obj_used: usize,
@@ -34,7 +45,7 @@ pub struct PoolStats {
     pub pages_compacted: u64,
     /// Objects in use.
     pub obj_used: usize,
-    /// Object slots in all zspages.
+    /// Objects all zspages hold (used or free).
     pub obj_allocated: usize,
     /// Bytes of bookkeeping outside the zspages.
     pub metadata_bytes: usize,
@@ -98,4 +109,119 @@ pub fn format_class_table(rows: &[ClassStats]) -> String {
         total.freeable
     );
     out
+}
+
+impl Pool {
+    /// Pool-wide counters.
+    pub fn stats(&self) -> PoolStats {
+        let class_stats = self.class_stats();
+        PoolStats {
+            pages_allocated: self.total_pages(),
+            pages_compacted: self.pages_compacted.load(Ordering::Relaxed),
+            obj_used: class_stats.iter().map(|c| c.obj_used).sum(),
+            obj_allocated: class_stats.iter().map(|c| c.obj_allocated).sum(),
+            metadata_bytes: self.metadata_bytes(),
+            cached_pages: self.source.cached_pages(),
+            pages_released: self.source.pages_released(),
+        }
+    }
+
+    /// One row per distinct class, as the kernel's `classes` debugfs file.
+    pub fn class_stats(&self) -> Vec<ClassStats> {
+        self.shards
+            .by_class()
+            .map(|shards| {
+                let g = shards[0].geom;
+                let mut row = ClassStats {
+                    index: g.index,
+                    size: g.size,
+                    pages_per_zspage: g.pages_per_zspage,
+                    ..ClassStats::default()
+                };
+                for shard in shards {
+                    let inner = shard.inner.lock();
+                    for meta in inner.zspages.iter().flatten() {
+                        let inuse = meta.inuse as usize;
+                        let objs = meta.objs as usize;
+                        if inuse == 0 || inuse == objs {
+                            continue;
+                        }
+                        // The classic 3/4 threshold the kernel printed these columns with.
+                        if inuse <= 3 * objs / 4 {
+                            row.almost_empty += 1;
+                        } else {
+                            row.almost_full += 1;
+                        }
+                    }
+                    row.obj_allocated += inner.capacity;
+                    row.obj_used += inner.obj_used();
+                    row.pages_used += inner.pages;
+                    row.freeable += freeable(&g, &inner);
+                }
+                row
+            })
+            .collect()
+    }
+
+    /// Bytes of bookkeeping held outside the zspages: zspage metas, fullness lists, handle
+    /// tables and class-shard structures.
+    pub fn metadata_bytes(&self) -> usize {
+        let per_shard: usize = self
+            .shards
+            .iter()
+            .map(|shard| {
+                let inner = shard.inner.lock();
+                inner.zspages.capacity() * std::mem::size_of::<Option<ZsPage>>()
+                    + inner.free_ids.capacity() * 4
+                    + inner.groups.iter().map(|g| g.capacity() * 4).sum::<usize>()
+                    + inner.handles.metadata_bytes()
+            })
+            .sum();
+        per_shard + self.shards.struct_bytes()
+    }
+
+    /// Pages compaction could free right now, over all classes.
+    pub fn freeable_pages(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| freeable(&shard.geom, &shard.inner.lock()))
+            .sum()
+    }
+
+    /// Pages that shortening partly used zspages (see `compact`) could give back right now.
+    pub fn shortenable_pages(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| shortenable(&shard.geom, &shard.inner.lock()))
+            .sum()
+    }
+
+    /// Pages `compact` could give back right now, about: per class shard, the larger of
+    /// what the kernel's compaction frees and what shortening would (both count the same
+    /// free room, so their sum would count it twice).
+    pub fn compactable_pages(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| {
+                let inner = shard.inner.lock();
+                freeable(&shard.geom, &inner).max(shortenable(&shard.geom, &inner))
+            })
+            .sum()
+    }
+}
+
+/// Pages compaction could free in one class shard (the kernel's `zs_can_compact`): its
+/// free object room in whole full-length zspages.
+fn freeable(geom: &ClassGeometry, inner: &ShardInner) -> usize {
+    (inner.capacity - inner.obj_used()) / geom.objs_per_zspage * geom.pages_per_zspage
+}
+
+/// Pages shortening the partly used zspages of one class shard could free.
+fn shortenable(geom: &ClassGeometry, inner: &ShardInner) -> usize {
+    inner
+        .zspages
+        .iter()
+        .flatten()
+        .map(|m| m.shortenable(geom.size))
+        .sum()
 }

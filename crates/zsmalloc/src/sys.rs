@@ -18,7 +18,11 @@ use std::sync::Arc;
 
 use crate::sync::Mutex;
 
-use crate::PAGE_SIZE;
+/// Bytes in one page: the OS's page, of which runs are made.
+pub const PAGE_SIZE: usize = 4096;
+
+/// Longest run handed out, in pages (the longest zspage: the kernel's largest chain size).
+pub const MAX_RUN_PAGES: usize = 16;
 
 /// Pages in one arena reservation (256 MiB of address space).
 const ARENA_PAGES: usize = 1 << 16;
@@ -75,7 +79,7 @@ struct SourceInner {
     /// Released runs (no memory behind them), coalesced.
     free: FreeRuns,
     /// Resident free runs kept for immediate reuse, by length in pages.
-    cache: [Vec<usize>; MAX_RUN + 1],
+    cache: [Vec<usize>; MAX_RUN_PAGES + 1],
     /// Pages in `cache`.
     cached_pages: usize,
     /// Pages currently held by live runs.
@@ -83,9 +87,6 @@ struct SourceInner {
     /// Pages given back to the OS so far.
     pages_released: u64,
 }
-
-/// Longest run handed out.
-const MAX_RUN: usize = crate::class::MAX_CHAIN_SIZE;
 
 /// Hands out runs of consecutive pages from large anonymous arenas and takes them back.
 ///
@@ -115,7 +116,7 @@ impl PageSource {
 
     /// A run of `pages` consecutive pages (1..=16); its contents are unspecified.
     pub fn alloc(self: &Arc<Self>, pages: usize) -> std::io::Result<PageRun> {
-        debug_assert!((1..=MAX_RUN).contains(&pages));
+        debug_assert!((1..=MAX_RUN_PAGES).contains(&pages));
         let mut resident = false;
         let addr = {
             let mut inner = self.inner.lock();
@@ -157,7 +158,8 @@ impl PageSource {
 
     /// Address space reserved in arenas, in bytes (not memory: untouched or released pages
     /// cost nothing).
-    pub fn reserved_bytes(&self) -> usize {
+    #[cfg(test)]
+    fn reserved_bytes(&self) -> usize {
         self.inner.lock().arenas.iter().map(|a| a.len).sum()
     }
 
@@ -172,7 +174,7 @@ impl PageSource {
             let mut inner = self.inner.lock();
             inner.cached_pages = 0;
             let mut runs = Vec::new();
-            for pages in 1..=MAX_RUN {
+            for pages in 1..=MAX_RUN_PAGES {
                 runs.extend(inner.cache[pages].drain(..).map(|addr| (addr, pages)));
             }
             runs
@@ -239,13 +241,13 @@ impl SourceInner {
     }
 }
 
-/// Released runs by length (up to [`MAX_RUN`] pages), as addresses. Splitting long runs
+/// Released runs by length (up to [`MAX_RUN_PAGES`] pages), as addresses. Splitting long runs
 /// for short zspages leaves short ones behind; when no listed run fits a request, free
-/// neighbours of one arena are merged (runs longer than `MAX_RUN` are listed in pieces), so
-/// the address space is not fragmented for good.
+/// neighbours of one arena are merged (runs longer than `MAX_RUN_PAGES` are listed in
+/// pieces), so the address space is not fragmented for good.
 #[derive(Debug, Default)]
 struct FreeRuns {
-    lists: [Vec<usize>; MAX_RUN + 1],
+    lists: [Vec<usize>; MAX_RUN_PAGES + 1],
     /// No run was freed since the last merge.
     merged: bool,
 }
@@ -275,7 +277,7 @@ impl FreeRuns {
         }
         for (mut addr, mut pages) in merged {
             while pages > 0 {
-                let piece = pages.min(MAX_RUN);
+                let piece = pages.min(MAX_RUN_PAGES);
                 self.lists[piece].push(addr);
                 addr += piece * PAGE_SIZE;
                 pages -= piece;
@@ -300,11 +302,11 @@ fn dont_need(addr: usize, pages: usize) {
 
 /// Takes a run of `pages` from per-length lists: an exact fit, else the front of the
 /// shortest longer run, whose tail stays listed.
-fn take_run(lists: &mut [Vec<usize>; MAX_RUN + 1], pages: usize) -> Option<usize> {
+fn take_run(lists: &mut [Vec<usize>; MAX_RUN_PAGES + 1], pages: usize) -> Option<usize> {
     if let Some(addr) = lists[pages].pop() {
         return Some(addr);
     }
-    let len = (pages + 1..=MAX_RUN).find(|&len| !lists[len].is_empty())?;
+    let len = (pages + 1..=MAX_RUN_PAGES).find(|&len| !lists[len].is_empty())?;
     let addr = lists[len].pop()?;
     lists[len - pages].push(addr + pages * PAGE_SIZE);
     Some(addr)
@@ -362,24 +364,6 @@ impl Drop for PageRun {
     fn drop(&mut self) {
         self.source.release(self.ptr, self.pages);
     }
-}
-
-/// A small number naming the calling thread, handed out in order of first use: the pool's
-/// shard for this thread is `thread_slot() % shards`. (Keyed by thread rather than by CPU so
-/// that one thread keeps to one shard even when the scheduler moves it: a single writer then
-/// packs its objects exactly as the kernel's pool would.)
-pub fn thread_slot() -> usize {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local!(static SLOT: usize = NEXT.fetch_add(1, Ordering::Relaxed));
-    SLOT.with(|s| *s)
-}
-
-/// Resident memory of this process in bytes, from `/proc/self/statm`.
-pub fn process_rss_bytes() -> Option<usize> {
-    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
-    let resident: usize = statm.split_whitespace().nth(1)?.parse().ok()?;
-    Some(resident * PAGE_SIZE)
 }
 
 #[cfg(test)]

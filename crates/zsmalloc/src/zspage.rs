@@ -4,19 +4,21 @@
 //!
 //! Representation. A [`ZsPage`] owns its memory (a [`PageRun`] of virtually contiguous
 //! pages, so no object ever straddles a mapping boundary) and its bookkeeping; it lives in
-//! its class and is guarded by the class lock, like everything else in the class.
+//! its class shard and is guarded by the shard's lock, like everything else in the shard.
 //!
-//! Object layout (non-huge classes): the first 8 bytes of an allocated object hold its
-//! handle (little endian, with the handle magic in its top bits), the caller's bytes follow;
-//! a free object's first 8 bytes hold the index of the next free object (top bits zero). Objects
-//! at or past `fresh` have never been used and are not linked. Huge classes (one object
-//! per one-page zspage) keep no header.
+//! Object layout (non-huge classes): a free object's first 8 bytes hold the index of the
+//! next free object (top bits zero). With the kernel's layout (`Header::Handle`) the first 8
+//! bytes of an allocated object hold its handle (little endian, with the handle magic in its
+//! top bits) and the caller's bytes follow; with `Header::Omitted` an allocated object holds
+//! the caller's bytes alone. Objects at or past `fresh` have never been used and are not
+//! linked. Huge classes (one object per one-page zspage) keep no header and no link: their
+//! one object is free or not.
 //!
 //! Invariant: `inuse + free_list_len + (objs - fresh) == objs`, and
 //! `objs == pages * 4096 / size` (so `objs == objs_per_zspage` for a full-length zspage).
 
 use crate::handle::is_handle_word;
-use crate::sys::PageRun;
+use crate::sys::{PAGE_SIZE, PageRun};
 
 /// No next free object.
 pub(crate) const NO_OBJ: u16 = u16::MAX;
@@ -46,6 +48,7 @@ pub(crate) struct ZsPage {
 }
 
 /// The fullness group for `inuse` of `objs` objects.
+#[inline]
 pub(crate) fn fullness_group(inuse: usize, objs: usize) -> u8 {
     if inuse == 0 {
         GROUP_EMPTY
@@ -58,6 +61,7 @@ pub(crate) fn fullness_group(inuse: usize, objs: usize) -> u8 {
 }
 
 /// Reads the 8-byte header of object `obj` of `size` bytes.
+#[inline]
 pub(crate) fn header(mem: &[u8], size: usize, obj: usize) -> u64 {
     let off = obj * size;
     let mut word = [0u8; 8];
@@ -66,14 +70,10 @@ pub(crate) fn header(mem: &[u8], size: usize, obj: usize) -> u64 {
 }
 
 /// Writes the 8-byte header of object `obj` of `size` bytes.
+#[inline]
 pub(crate) fn set_header(mem: &mut [u8], size: usize, obj: usize, value: u64) {
     let off = obj * size;
     mem[off..off + 8].copy_from_slice(&value.to_le_bytes());
-}
-
-/// Does this header word belong to an allocated object?
-pub(crate) fn is_allocated(word: u64) -> bool {
-    is_handle_word(word)
 }
 
 impl ZsPage {
@@ -94,11 +94,12 @@ impl ZsPage {
         if self.inuse == 0 || self.inuse == self.objs {
             return 0;
         }
-        let need = (self.inuse as usize * size).div_ceil(crate::PAGE_SIZE);
+        let need = (self.inuse as usize * size).div_ceil(PAGE_SIZE);
         self.run.pages().saturating_sub(need)
     }
 
     /// Takes a free object index (the caller knows the zspage is not full).
+    #[inline]
     pub fn take_free(&mut self, size: usize, huge: bool) -> u16 {
         let obj = if self.free_head != NO_OBJ {
             let obj = self.free_head;
@@ -118,6 +119,7 @@ impl ZsPage {
     }
 
     /// Links object `obj` into the free list.
+    #[inline]
     pub fn put_free(&mut self, size: usize, huge: bool, obj: u16) {
         if !huge {
             set_header(
@@ -132,7 +134,8 @@ impl ZsPage {
     }
 
     /// The free list's objects (walks it; for invariant checks), or `None` if it is broken.
-    pub fn free_list(&self, size: usize, huge: bool, objs: usize) -> Option<Vec<u16>> {
+    pub fn free_list(&self, size: usize, huge: bool) -> Option<Vec<u16>> {
+        let objs = self.objs as usize;
         let mem = self.run.bytes();
         let mut list = Vec::new();
         let mut cur = self.free_head;
@@ -145,7 +148,7 @@ impl ZsPage {
                 NO_OBJ
             } else {
                 let word = header(mem, size, cur as usize);
-                if is_allocated(word) {
+                if is_handle_word(word) {
                     return None;
                 }
                 (word & 0xFFFF) as u16

@@ -1,6 +1,8 @@
 //! Plain-thread stress: worker threads malloc/write/read/free their own objects and read a
 //! shared set of objects while another thread compacts in a loop; every read must return
-//! exactly what was written, and the pool's identities must hold at the end.
+//! exactly what was written, and the pool's identities must hold at the end. In the seed
+//! kernel's layout (`PoolConfig::seed`: the handle in every object) and in the zram
+//! device's (the default: no header, min-waste zspage lengths).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,7 +10,6 @@ use std::thread;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use zsmalloc::class::Header;
 use zsmalloc::{Handle, Pool, PoolConfig};
 
 const WORKERS: u64 = 3;
@@ -44,14 +45,13 @@ fn size(rng: &mut StdRng, huge: usize) -> usize {
     }
 }
 
-fn stress(chain: usize, shards: usize, header: Header) {
+fn stress(config: PoolConfig, shards: usize) {
+    let chain = config.chain_size;
     let pool = Arc::new(
         Pool::with_config(PoolConfig {
-            chain_size: chain,
             populate: false,
             shards,
-            header,
-            ..PoolConfig::default()
+            ..config
         })
         .unwrap(),
     );
@@ -179,16 +179,22 @@ fn stress(chain: usize, shards: usize, header: Header) {
 }
 
 #[test]
-fn stress_chain_4_one_shard() {
-    stress(4, 1, Header::Handle);
+fn stress_chain_4_one_shard_seed() {
+    stress(PoolConfig::seed(4), 1);
 }
 
 #[test]
-fn stress_chain_16_shard_per_cpu() {
-    stress(16, 0, Header::Handle);
+fn stress_chain_16_shard_per_cpu_seed() {
+    stress(PoolConfig::seed(16), 0);
 }
 
 #[test]
-fn stress_chain_8_shard_per_cpu_no_header() {
-    stress(8, 0, Header::Omitted);
+fn stress_chain_8_shard_per_cpu_device() {
+    stress(
+        PoolConfig {
+            chain_size: 8,
+            ..PoolConfig::default()
+        },
+        0,
+    );
 }

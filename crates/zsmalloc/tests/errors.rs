@@ -1,6 +1,8 @@
 //! Bad input gets a clear error, never a panic, and loses nothing: out-of-range sizes and
 //! chain sizes, stale and double-freed handles, forged handles, handles from another pool,
-//! and writes past an object's capacity.
+//! and writes past an object's capacity. Each in both layouts: the zram device's (the
+//! default: min-waste geometry, no handle header) and the seed kernel's (`PoolConfig::seed`:
+//! its geometry, the handle in every object's header, which a bad write must not clobber).
 
 use std::collections::HashMap;
 
@@ -8,12 +10,22 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use zsmalloc::{Error, Handle, Pool, PoolConfig};
 
-fn pool(chain: usize) -> Pool {
+/// The device's layout and the seed kernel's, for zspages of at most `chain` pages.
+fn layouts(chain: usize) -> [PoolConfig; 2] {
+    [
+        PoolConfig {
+            chain_size: chain,
+            ..PoolConfig::default()
+        },
+        PoolConfig::seed(chain),
+    ]
+}
+
+fn pool(config: PoolConfig) -> Pool {
     Pool::with_config(PoolConfig {
-        chain_size: chain,
         populate: false,
         shards: 2,
-        ..PoolConfig::default()
+        ..config
     })
     .unwrap()
 }
@@ -71,7 +83,12 @@ impl Population {
 
 #[test]
 fn out_of_range_sizes() {
-    let p = pool(8);
+    for config in layouts(8) {
+        out_of_range_sizes_in(&pool(config));
+    }
+}
+
+fn out_of_range_sizes_in(p: &Pool) {
     for size in [0, 4097, 8192, usize::MAX] {
         assert!(
             matches!(p.malloc(size), Err(Error::InvalidSize(s)) if s == size),
@@ -107,8 +124,8 @@ fn out_of_range_chain_sizes() {
 
 #[test]
 fn stale_and_double_free() {
-    for chain in [1, 4, 16] {
-        let p = pool(chain);
+    for config in [1, 4, 16].into_iter().flat_map(layouts) {
+        let p = pool(config);
         let keep = Population::fill(&p, &[1, 50, 100, 100, 3000, 4096], 1);
         for size in [1, 100, p.huge_class_size() - 1, p.huge_class_size(), 4096] {
             let h = p.malloc(size).unwrap();
@@ -120,8 +137,8 @@ fn stale_and_double_free() {
             assert_eq!(p.total_pages(), pages);
             keep.verify(&p, 0);
 
-            // The slot is reused for the next object of the class, under a new generation:
-            // the old handle stays stale and cannot touch the new object.
+            // The handle-table entry is reused for the next object of the class, under a new
+            // generation: the old handle stays stale and cannot touch the new object.
             let h2 = p.malloc(size).unwrap();
             assert_ne!(h2, h, "a freed handle is never issued again at once");
             p.write(h2, &vec![9; size]).unwrap();
@@ -141,10 +158,15 @@ fn stale_and_double_free() {
 
 #[test]
 fn forged_handles() {
-    let p = pool(8);
+    for config in layouts(8) {
+        forged_handles_in(&pool(config));
+    }
+}
+
+fn forged_handles_in(p: &Pool) {
     let mut rng = StdRng::seed_from_u64(42);
     let sizes: Vec<usize> = (0..300).map(|_| rng.gen_range(1..=4096)).collect();
-    let keep = Population::fill(&p, &sizes, 2);
+    let keep = Population::fill(p, &sizes, 2);
     let live: Vec<u64> = keep.objs.keys().map(|h| h.to_raw()).collect();
     let pages = p.total_pages();
 
@@ -165,21 +187,28 @@ fn forged_handles() {
         if live.contains(&raw) {
             continue;
         }
-        assert_refused(&p, Handle::from_raw(raw));
+        assert_refused(p, Handle::from_raw(raw));
         refused += 1;
     }
     assert!(refused > 5000);
     assert_eq!(p.total_pages(), pages);
-    keep.verify(&p, 0);
+    keep.verify(p, 0);
 }
 
 #[test]
 fn handles_from_another_pool() {
-    // A chain-16 pool has 191 classes, a chain-4 pool 69: a handle of a chain-16 class with
-    // no counterpart position in the chain-4 pool is refused by it, as is any handle of
-    // one pool used on another pool that holds nothing.
-    let big = pool(16);
-    let small = pool(4);
+    for (big, small) in layouts(16).into_iter().zip(layouts(4)) {
+        handles_from_another_pool_in(big, small);
+    }
+}
+
+/// A chain-16 pool has more classes than a chain-4 pool (191 and 69 in the seed's layout):
+/// a handle of a chain-16 class with no counterpart position in the chain-4 pool is refused
+/// by it, as is any handle of one pool used on another pool that holds nothing.
+fn handles_from_another_pool_in(big: PoolConfig, small: PoolConfig) {
+    let empty16 = pool(big);
+    let big = pool(big);
+    let small = pool(small);
     let sizes = [1, 700, 2000, 3000, 3500, 3700, 3830, 4096];
     let foreign: Vec<Handle> = sizes.iter().map(|&s| big.malloc(s).unwrap()).collect();
     let n_small = small.classes().classes().len();
@@ -202,12 +231,11 @@ fn handles_from_another_pool() {
         .iter()
         .map(|&s| small.malloc(s).unwrap())
         .collect();
-    let empty16 = pool(16);
     for &h in &mine {
         assert_refused(&empty16, h);
     }
-    // Handles of the last chain-16 classes (position >= 69) are refused even by a chain-4
-    // pool full of objects; nothing there is disturbed.
+    // Handles of the last chain-16 classes (positions past the chain-4 pool's last class)
+    // are refused even by a chain-4 pool full of objects; nothing there is disturbed.
     let keep = Population::fill(&small, &[1, 24, 25, 100, 1000, 2000, 3000, 4096], 3);
     for &h in &foreign[4..] {
         assert_refused(&small, h);
@@ -232,8 +260,9 @@ fn handles_from_another_pool() {
 
 #[test]
 fn write_past_capacity_loses_nothing() {
-    for chain in [1, 4, 8, 16] {
-        let p = pool(chain);
+    for config in [1, 4, 8, 16].into_iter().flat_map(layouts) {
+        let chain = config.chain_size;
+        let p = pool(config);
         let huge = p.huge_class_size();
         for size in [1, 24, 25, 100, 1000, huge - 1, huge, 4000, 4096] {
             let h = p.malloc(size).unwrap();
@@ -273,10 +302,13 @@ fn write_past_capacity_loses_nothing() {
 }
 
 #[test]
-fn stale_handle_stays_stale_while_its_slot_is_reused() {
-    // Freeing bumps the slot's 15-bit generation; a malloc/free loop reuses the same slot
+fn stale_handle_stays_stale_while_its_entry_is_reused() {
+    // Freeing bumps the entry's 19-bit generation; a malloc/free loop reuses the same entry
     // every time, so the freed handle must stay refused through thousands of reuses.
-    let p = pool(4);
+    let p = pool(PoolConfig {
+        chain_size: 4,
+        ..PoolConfig::default()
+    });
     let anchor = p.malloc(100).unwrap();
     let old = p.malloc(100).unwrap();
     p.write(old, b"old").unwrap();

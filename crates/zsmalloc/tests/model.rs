@@ -2,6 +2,11 @@
 //! `check_invariants()` after every step and every object's contents read back exactly,
 //! for chain sizes 1, 4, 8 and 16. Stale and double-free attempts must fail and change
 //! nothing; compaction must keep every object's bytes behind its handle.
+//!
+//! Each in both layouts: the seed kernel's (`PoolConfig::seed`: its zspage lengths, the
+//! handle in every object's header, which the invariants check) and the zram device's (the
+//! default: min-waste zspage lengths, no header, so compaction finds objects through the
+//! handle table alone).
 
 use std::collections::HashMap;
 
@@ -9,7 +14,6 @@ use proptest::prelude::*;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use zsmalloc::class::Header;
 use zsmalloc::{Error, Handle, Pool, PoolConfig};
 
 /// How a malloc size is chosen; `NearHuge` is relative to the pool's `huge_class_size`.
@@ -87,6 +91,19 @@ fn bytes(seed: u64, len: usize) -> Vec<u8> {
     v
 }
 
+/// The seed kernel's layout.
+fn seed(chain: usize) -> PoolConfig {
+    PoolConfig::seed(chain)
+}
+
+/// The zram device's layout (the default).
+fn device(chain: usize) -> PoolConfig {
+    PoolConfig {
+        chain_size: chain,
+        ..PoolConfig::default()
+    }
+}
+
 /// The pool under test, the model, and the handles in a stable order for picking.
 struct Harness {
     pool: Pool,
@@ -96,14 +113,12 @@ struct Harness {
 }
 
 impl Harness {
-    fn new(chain: usize, shards: usize, header: Header) -> Self {
+    fn new(config: PoolConfig, shards: usize) -> Self {
         Self {
             pool: Pool::with_config(PoolConfig {
-                chain_size: chain,
                 populate: false,
                 shards,
-                header,
-                ..PoolConfig::default()
+                ..config
             })
             .unwrap(),
             model: HashMap::new(),
@@ -281,8 +296,8 @@ fn fail(msg: impl Into<String>) -> TestCaseError {
     TestCaseError::fail(msg.into())
 }
 
-fn run(chain: usize, shards: usize, header: Header, ops: &[Op]) -> Result<(), TestCaseError> {
-    let mut h = Harness::new(chain, shards, header);
+fn run(config: PoolConfig, shards: usize, ops: &[Op]) -> Result<(), TestCaseError> {
+    let mut h = Harness::new(config, shards);
     for op in ops {
         h.step(op)?;
     }
@@ -300,33 +315,38 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     #[test]
-    fn model_chain_1(ops in prop::collection::vec(op(), 1..300)) {
-        run(1, 1, Header::Handle, &ops)?;
+    fn model_chain_1_seed(ops in prop::collection::vec(op(), 1..300)) {
+        run(seed(1), 1, &ops)?;
     }
 
     #[test]
-    fn model_chain_4(ops in prop::collection::vec(op(), 1..300)) {
-        run(4, 1, Header::Handle, &ops)?;
+    fn model_chain_4_seed(ops in prop::collection::vec(op(), 1..300)) {
+        run(seed(4), 1, &ops)?;
     }
 
     #[test]
-    fn model_chain_8_three_shards(ops in prop::collection::vec(op(), 1..300)) {
-        run(8, 3, Header::Handle, &ops)?;
+    fn model_chain_8_three_shards_seed(ops in prop::collection::vec(op(), 1..300)) {
+        run(seed(8), 3, &ops)?;
     }
 
     #[test]
-    fn model_chain_16(ops in prop::collection::vec(op(), 1..300)) {
-        run(16, 1, Header::Handle, &ops)?;
+    fn model_chain_16_seed(ops in prop::collection::vec(op(), 1..300)) {
+        run(seed(16), 1, &ops)?;
     }
 
     #[test]
-    fn model_chain_4_no_header(ops in prop::collection::vec(op(), 1..300)) {
-        run(4, 1, Header::Omitted, &ops)?;
+    fn model_chain_4_device(ops in prop::collection::vec(op(), 1..300)) {
+        run(device(4), 1, &ops)?;
     }
 
     #[test]
-    fn model_chain_8_three_shards_no_header(ops in prop::collection::vec(op(), 1..300)) {
-        run(8, 3, Header::Omitted, &ops)?;
+    fn model_chain_8_three_shards_device(ops in prop::collection::vec(op(), 1..300)) {
+        run(device(8), 3, &ops)?;
+    }
+
+    #[test]
+    fn model_chain_16_device(ops in prop::collection::vec(op(), 1..300)) {
+        run(device(16), 1, &ops)?;
     }
 }
 
@@ -334,19 +354,18 @@ proptest! {
 /// survivors into fewer zspages (freeing pages) without changing what their handles read.
 #[test]
 fn compaction_moves_objects_and_keeps_contents() {
-    for (chain, header) in [1, 4, 8, 16]
-        .into_iter()
-        .flat_map(|c| [(c, Header::Handle), (c, Header::Omitted)])
-    {
+    for config in [1, 4, 8, 16].into_iter().flat_map(|c| [seed(c), device(c)]) {
+        let chain = format!(
+            "{} ({:?}, {:?})",
+            config.chain_size, config.geometry, config.header
+        );
         let pool = Pool::with_config(PoolConfig {
-            chain_size: chain,
             populate: false,
             shards: 1,
-            header,
-            ..PoolConfig::default()
+            ..config
         })
         .unwrap();
-        let mut rng = StdRng::seed_from_u64(0x5eed + chain as u64);
+        let mut rng = StdRng::seed_from_u64(0x5eed + config.chain_size as u64);
         let mut objs: Vec<(Handle, Vec<u8>)> = (0..20_000)
             .map(|i| {
                 let size = rng.gen_range(16..=400);
@@ -416,13 +435,12 @@ fn compaction_moves_objects_and_keeps_contents() {
 /// Beyond the kernel: a partly used zspage is moved into a short zspage of just enough pages.
 #[test]
 fn compaction_shortens_partly_used_zspages() {
-    for header in [Header::Handle, Header::Omitted] {
+    for config in [seed(8), device(8)] {
+        let header = config.header;
         let pool = Pool::with_config(PoolConfig {
-            chain_size: 8,
             populate: false,
             shards: 1,
-            header,
-            ..PoolConfig::default()
+            ..config
         })
         .unwrap();
         // A class whose zspages have several pages.

@@ -90,15 +90,10 @@ impl Drop for Server {
     }
 }
 
+/// Resident memory of process `pid` in MiB.
 fn rss_mib(pid: u32) -> anyhow::Result<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let kb: f64 = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .context("no VmRSS")?
-        .parse()?;
-    Ok(kb / 1024.0)
+    let bytes = crate::rss::rss_bytes(pid).with_context(|| format!("RSS of process {pid}"))?;
+    Ok(bytes as f64 / 1048576.0)
 }
 
 fn wait_for(socket: &Path) -> anyhow::Result<()> {

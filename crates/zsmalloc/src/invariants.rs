@@ -1,0 +1,163 @@
+//! Invariants: the identities of a pool, checked by [`Pool::check_invariants`], which tests
+//! call after every operation.
+//!
+//! Per zspage: `objs == pages * 4096 / size` with `pages <= pages_per_zspage`; `inuse +
+//! free-list length + never-used == objs`; it is filed in the fullness group its in-use
+//! count calls for, at the list position it records; no empty zspage is kept; exactly
+//! `inuse` live handles point into it, each at a used object not on the free list, and with
+//! the kernel's layout (`Header::Handle`) that object's header names that handle. Per
+//! class shard: every live handle names a live zspage and no place is named twice; live
+//! handles == objects in use; zspage count, object capacity and pages agree with the
+//! zspages and the lists. Per pool: pages in zspages == `total_pages()` == pages the page
+//! source has handed out.
+
+use crate::handle::Handle;
+use crate::pool::Pool;
+use crate::sys::PAGE_SIZE;
+use crate::zspage::{fullness_group, header};
+
+impl Pool {
+    /// Checks the pool's identities; returns a description of the first one broken.
+    ///
+    /// Per zspage: `inuse + free + never-used == objs` (its own), its fullness group and
+    /// list position are right, every allocated object's header names a live handle that
+    /// points back at it. Per class: live handles == objects in use. Per pool: pages in
+    /// zspages == `total_pages()` == pages the page source has handed out.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let mut pages = 0;
+        for shard in self.shards.iter() {
+            let g = shard.geom;
+            let huge = g.is_huge();
+            let inner = shard.inner.lock();
+            // (zspage, object) -> handle entry, from the handle table; each place owned once.
+            let mut owner = std::collections::BTreeMap::new();
+            for (entry, _, loc) in inner.handles.iter_live() {
+                let live = inner
+                    .zspages
+                    .get(loc.zspage as usize)
+                    .is_some_and(Option::is_some);
+                if !live {
+                    return Err(format!(
+                        "class {}: handle entry {entry} names a free zspage",
+                        g.index
+                    ));
+                }
+                if owner.insert((loc.zspage, loc.obj), entry).is_some() {
+                    return Err(format!(
+                        "class {}: two handles name zspage {} object {}",
+                        g.index, loc.zspage, loc.obj
+                    ));
+                }
+            }
+            let mut inuse_sum = 0;
+            let mut count = 0;
+            let (mut capacity, mut zspage_pages) = (0, 0);
+            for (id, meta) in inner.zspages.iter().enumerate() {
+                let Some(meta) = meta else { continue };
+                count += 1;
+                let id = id as u32;
+                let bytes = meta.run.bytes();
+                let objs = meta.objs as usize;
+                if meta.run.pages() > g.pages_per_zspage
+                    || objs != meta.run.pages() * PAGE_SIZE / g.size
+                {
+                    return Err(format!(
+                        "class {}: zspage {id} has {} pages and {objs} objects",
+                        g.index,
+                        meta.run.pages()
+                    ));
+                }
+                capacity += objs;
+                zspage_pages += meta.run.pages();
+                let free = meta
+                    .free_list(g.size, huge)
+                    .ok_or_else(|| format!("class {}: zspage {id}: broken free list", g.index))?;
+                if let Some(obj) = free.iter().find(|&&o| owner.contains_key(&(id, o))) {
+                    return Err(format!(
+                        "class {}: zspage {id}: object {obj} both free and owned",
+                        g.index
+                    ));
+                }
+                let free = free.len();
+                let never = objs - meta.fresh as usize;
+                if meta.inuse as usize + free + never != objs {
+                    return Err(format!(
+                        "class {}: zspage {id}: inuse {} + free {free} + never used {never} != {objs}",
+                        g.index, meta.inuse
+                    ));
+                }
+                if meta.inuse == 0 {
+                    return Err(format!("class {}: empty zspage {id} kept", g.index));
+                }
+                let want = fullness_group(meta.inuse as usize, objs);
+                if meta.group != want
+                    || inner.groups[meta.group as usize].get(meta.list_pos as usize) != Some(&id)
+                {
+                    return Err(format!(
+                        "class {}: zspage {id} misfiled in fullness lists",
+                        g.index
+                    ));
+                }
+                let owned: Vec<(u16, u32)> = owner
+                    .range((id, 0)..=(id, u16::MAX))
+                    .map(|(&(_, obj), &entry)| (obj, entry))
+                    .collect();
+                if owned.len() != meta.inuse as usize {
+                    return Err(format!(
+                        "class {}: zspage {id}: {} handles point in but inuse {}",
+                        g.index,
+                        owned.len(),
+                        meta.inuse
+                    ));
+                }
+                for (obj, entry) in owned {
+                    if obj >= meta.fresh {
+                        return Err(format!(
+                            "class {}: zspage {id}: handle entry {entry} names never-used object {obj}",
+                            g.index
+                        ));
+                    }
+                    if g.header > 0 {
+                        let h = Handle::from_raw(header(bytes, g.size, obj as usize));
+                        match h.decode() {
+                            Some((_, _, s)) if s == entry => {}
+                            _ => {
+                                return Err(format!(
+                                    "class {}: zspage {id}: object {obj} header {h} is not its handle (entry {entry})",
+                                    g.index
+                                ));
+                            }
+                        }
+                    }
+                }
+                inuse_sum += meta.inuse as usize;
+            }
+            let listed: usize = inner.groups.iter().map(Vec::len).sum();
+            if count != inner.zspage_count || listed != count {
+                return Err(format!("class {}: zspage count mismatch", g.index));
+            }
+            if inuse_sum != inner.handles.live() {
+                return Err(format!(
+                    "class {}: {} live handles but {inuse_sum} objects in use",
+                    g.index,
+                    inner.handles.live()
+                ));
+            }
+            if capacity != inner.capacity || zspage_pages != inner.pages {
+                return Err(format!(
+                    "class {}: capacity or page count mismatch",
+                    g.index
+                ));
+            }
+            pages += zspage_pages;
+        }
+        if pages != self.total_pages() || pages != self.source.pages_live() {
+            return Err(format!(
+                "pages in zspages {pages}, total_pages {}, page source {}",
+                self.total_pages(),
+                self.source.pages_live()
+            ));
+        }
+        Ok(())
+    }
+}

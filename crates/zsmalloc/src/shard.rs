@@ -1,0 +1,277 @@
+//! Class shards: the state of one shard of one size class (the kernel's `struct size_class`),
+//! its fullness lists, and which shard a `malloc` uses.
+//!
+//! Representation. A [`ClassShard`] is a class's geometry and a lock over its
+//! [`ShardInner`]: zspages by id (a free id holds `None` and is reused), one list of zspage
+//! ids per fullness group (each zspage records its group and its position in that list, so
+//! it moves between lists in O(1)), the shard's handle table, and counters. Everything of
+//! the shard is guarded by that one lock.
+//!
+//! Invariants (checked by `Pool::check_invariants`): every live zspage is in exactly the
+//! list of the group its in-use count calls for, at the position it records; no empty
+//! zspage is kept; `zspage_count`, `capacity` and `pages` are the sums over live zspages.
+//!
+//! Beyond the kernel, each size class can be split into up to [`MAX_SHARDS_PER_CLASS`]
+//! shards (one per CPU by default), each with its own lock, zspages and handle table; an
+//! object stays in its shard for life (its handle names it). A class starts on its first
+//! shard; the first time a `malloc` finds that shard's lock held by another thread, the
+//! class becomes *sharded* and from then on each thread allocates in its own shard (threads
+//! are numbered in order of first use). Threads contending for a class thus stop sharing a
+//! lock, a cache line or a zspage, which is what lets the pool scale; classes nobody
+//! contends for stay on one shard and pack exactly as the kernel's. The cost is at most one
+//! partly used zspage per sharded class per extra shard.
+
+use std::sync::atomic::Ordering;
+
+use crossbeam_utils::CachePadded;
+
+use crate::class::{ClassGeometry, ClassTable, NUM_CLASSES};
+use crate::handle::{HandleTable, MAX_CLASS_SHARDS};
+use crate::sync::{AtomicBool, Mutex, MutexGuard};
+use crate::sys::PageRun;
+use crate::zspage::{GROUP_EMPTY, GROUP_FULL, NR_GROUPS, ZsPage, fullness_group};
+
+/// Most shards per size class.
+pub(crate) const MAX_SHARDS_PER_CLASS: usize = 16;
+// Every class shard of a pool has a position a handle can name.
+const _: () = assert!(NUM_CLASSES * MAX_SHARDS_PER_CLASS <= MAX_CLASS_SHARDS);
+
+/// One shard of one size class.
+#[derive(Debug)]
+pub(crate) struct ClassShard {
+    pub geom: ClassGeometry,
+    /// The class-shard lock.
+    pub inner: Mutex<ShardInner>,
+}
+
+/// What the class-shard lock protects.
+#[derive(Debug)]
+pub(crate) struct ShardInner {
+    /// Zspages by id; `None` marks a free id.
+    pub zspages: Vec<Option<ZsPage>>,
+    pub free_ids: Vec<u32>,
+    /// Fullness lists of zspage ids (the newest at the end).
+    pub groups: [Vec<u32>; NR_GROUPS],
+    pub handles: HandleTable,
+    pub zspage_count: usize,
+    /// Objects all the zspages hold, and their pages (short zspages hold fewer).
+    pub capacity: usize,
+    pub pages: usize,
+    /// Bumped by every malloc and free: compaction keeps its object index across lock
+    /// holds while nothing else changed the shard.
+    pub epoch: u64,
+}
+
+impl ShardInner {
+    fn new() -> Self {
+        Self {
+            zspages: Vec::new(),
+            free_ids: Vec::new(),
+            groups: Default::default(),
+            handles: HandleTable::new(),
+            zspage_count: 0,
+            capacity: 0,
+            pages: 0,
+            epoch: 0,
+        }
+    }
+
+    #[inline]
+    pub fn meta(&self, id: u32) -> &ZsPage {
+        self.zspages[id as usize]
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("live location names a free zspage id {id}"))
+    }
+
+    #[inline]
+    pub fn meta_mut(&mut self, id: u32) -> &mut ZsPage {
+        self.zspages[id as usize]
+            .as_mut()
+            .unwrap_or_else(|| unreachable!("live location names a free zspage id {id}"))
+    }
+
+    fn list_insert(&mut self, id: u32, group: u8) {
+        let list = &mut self.groups[group as usize];
+        let pos = list.len() as u32;
+        list.push(id);
+        let meta = self.meta_mut(id);
+        meta.group = group;
+        meta.list_pos = pos;
+    }
+
+    fn list_remove(&mut self, id: u32) {
+        let (group, pos) = {
+            let m = self.meta(id);
+            (m.group as usize, m.list_pos as usize)
+        };
+        let list = &mut self.groups[group];
+        list.swap_remove(pos);
+        if let Some(&moved) = list.get(pos) {
+            self.meta_mut(moved).list_pos = pos as u32;
+        }
+    }
+
+    /// Moves a zspage to the group its in-use count calls for (`fix_fullness_group`).
+    pub fn fix_group(&mut self, id: u32) {
+        let m = self.meta(id);
+        let group = fullness_group(m.inuse as usize, m.objs as usize);
+        if group != m.group {
+            self.list_remove(id);
+            self.list_insert(id, group);
+        }
+    }
+
+    /// Files a new (empty) zspage; returns its id.
+    pub fn add_zspage(&mut self, meta: ZsPage) -> u32 {
+        self.zspage_count += 1;
+        self.capacity += meta.objs as usize;
+        self.pages += meta.run.pages();
+        let id = match self.free_ids.pop() {
+            Some(id) => {
+                self.zspages[id as usize] = Some(meta);
+                id
+            }
+            None => {
+                self.zspages.push(Some(meta));
+                (self.zspages.len() - 1) as u32
+            }
+        };
+        self.list_insert(id, GROUP_EMPTY);
+        id
+    }
+
+    /// Unlinks an empty zspage; the caller drops the returned pages (after unlocking).
+    pub fn remove_zspage(&mut self, id: u32) -> PageRun {
+        self.list_remove(id);
+        self.zspage_count -= 1;
+        self.free_ids.push(id);
+        match self.zspages[id as usize].take() {
+            Some(meta) => {
+                self.capacity -= meta.objs as usize;
+                self.pages -= meta.run.pages();
+                meta.run
+            }
+            None => unreachable!("removing free zspage id {id}"),
+        }
+    }
+
+    /// The fullest zspage with room (groups <100% … empty), excluding `except`.
+    #[inline]
+    pub fn fullest_with_room(&self, except: Option<u32>) -> Option<u32> {
+        (GROUP_EMPTY..GROUP_FULL)
+            .rev()
+            .find_map(|g| self.pick(g, except))
+    }
+
+    /// The emptiest non-empty, non-full zspage, excluding `except`.
+    #[inline]
+    pub fn emptiest(&self, except: Option<u32>) -> Option<u32> {
+        (GROUP_EMPTY + 1..GROUP_FULL).find_map(|g| self.pick(g, except))
+    }
+
+    #[inline]
+    fn pick(&self, group: u8, except: Option<u32>) -> Option<u32> {
+        self.groups[group as usize]
+            .iter()
+            .rev()
+            .copied()
+            .find(|&id| Some(id) != except)
+    }
+
+    /// Objects in use.
+    #[inline]
+    pub fn obj_used(&self) -> usize {
+        self.handles.live()
+    }
+}
+
+/// Every class shard of a pool: `per_class` consecutive shards per distinct class, in
+/// ascending class order. A shard's position here is what handles name.
+#[derive(Debug)]
+pub(crate) struct Shards {
+    all: Vec<CachePadded<ClassShard>>,
+    per_class: usize,
+    /// Per distinct class: have threads contended for it (so `malloc` spreads over shards)?
+    sharded: Vec<AtomicBool>,
+}
+
+impl Shards {
+    /// `per_class` shards (1..=[`MAX_SHARDS_PER_CLASS`]) for every class of `table`.
+    pub fn new(table: &ClassTable, per_class: usize) -> Self {
+        debug_assert!((1..=MAX_SHARDS_PER_CLASS).contains(&per_class));
+        let all = table
+            .classes()
+            .iter()
+            .flat_map(|&geom| std::iter::repeat_n(geom, per_class))
+            .map(|geom| {
+                CachePadded::new(ClassShard {
+                    geom,
+                    inner: Mutex::new(ShardInner::new()),
+                })
+            })
+            .collect();
+        let sharded = (0..table.classes().len())
+            .map(|_| AtomicBool::new(false))
+            .collect();
+        Self {
+            all,
+            per_class,
+            sharded,
+        }
+    }
+
+    /// The shard at a position, if there is one (a handle's position may be forged).
+    #[inline]
+    pub fn get(&self, pos: usize) -> Option<&ClassShard> {
+        self.all.get(pos).map(|s| &**s)
+    }
+
+    /// Every shard, in position order.
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &ClassShard> {
+        self.all.iter().map(|s| &**s)
+    }
+
+    /// The shards of each distinct class, in ascending class order.
+    pub fn by_class(&self) -> impl Iterator<Item = &[CachePadded<ClassShard>]> {
+        self.all.chunks(self.per_class)
+    }
+
+    /// Picks and locks the shard a `malloc` in class `class_pos` uses: the first shard until
+    /// another thread is found holding its lock, then the calling thread's own shard. So a
+    /// class that only one thread at a time uses keeps to one shard and packs exactly as the
+    /// kernel's, and only classes that threads really contend for pay for extra shards.
+    /// Returns the shard's position, the shard and its lock.
+    #[inline]
+    pub fn lock_for_malloc(
+        &self,
+        class_pos: usize,
+    ) -> (usize, &ClassShard, MutexGuard<'_, ShardInner>) {
+        let first = class_pos * self.per_class;
+        if self.per_class > 1 && !self.sharded[class_pos].load(Ordering::Relaxed) {
+            if let Some(guard) = self.all[first].inner.try_lock() {
+                return (first, &self.all[first], guard);
+            }
+            self.sharded[class_pos].store(true, Ordering::Relaxed);
+        }
+        let pos = first + thread_number() % self.per_class;
+        let shard = &self.all[pos];
+        (pos, shard, shard.inner.lock())
+    }
+
+    /// Bytes of the shard structures themselves (not what they point to).
+    pub fn struct_bytes(&self) -> usize {
+        self.all.len() * std::mem::size_of::<CachePadded<ClassShard>>()
+    }
+}
+
+/// A small number naming the calling thread, handed out in order of first use: a sharded
+/// class's shard for this thread is `thread_number() % shards`. (Keyed by thread rather
+/// than by CPU so that one thread keeps to one shard even when the scheduler moves it: a
+/// single writer then packs its objects exactly as the kernel's pool would.)
+#[inline]
+fn thread_number() -> usize {
+    use std::sync::atomic::AtomicUsize;
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local!(static NUMBER: usize = NEXT.fetch_add(1, Ordering::Relaxed));
+    NUMBER.with(|n| *n)
+}
