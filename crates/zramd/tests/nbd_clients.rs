@@ -5,13 +5,22 @@
 //! fio nbdkit fuse3`). A test whose tool is missing says so on stderr and returns; it never
 //! passes silently. Every tool runs under a time limit and the server is stopped at the end.
 
-pub mod nbd_common;
+/// Shared test helpers (`tests/common/`): each test includes the files it uses.
+mod common {
+    pub mod have;
+    #[expect(
+        dead_code,
+        reason = "real clients need only the server and a few raw requests, not the bad-input checks"
+    )]
+    pub mod nbd;
+}
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use nbd_common::*;
+use common::have::have;
+use common::nbd::*;
 use zramd::nbd::ServerConfig;
 
 /// Output of a finished command.

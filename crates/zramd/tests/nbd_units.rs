@@ -8,9 +8,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-pub mod nbd_common;
+/// Shared test helpers (`tests/common/`): each test includes the files it uses.
+mod common {
+    pub mod have;
+}
 
-use nbd_common::have;
+use common::have::have;
 
 const ZRAMD: &str = env!("CARGO_BIN_EXE_zramd");
 
