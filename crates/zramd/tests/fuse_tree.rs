@@ -2,11 +2,21 @@
 //! fallocate, and the seeds' workload end to end (root: loop device, ext4, untar, delete,
 //! fstrim, e2fsck). Tests that cannot run here print why and return.
 
+/// Shared test helpers (`tests/common/`): each test includes the files it uses.
+mod common {
+    pub mod run;
+}
+
 use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
+use common::run::run_ok;
 use zramd::serve::{DeviceSpec, ServeOptions, Server};
+
+/// How long one system command (tar, losetup, mkfs, mount, fstrim...) may take.
+const LIMIT: Duration = Duration::from_secs(300);
 
 /// Why FUSE cannot be used here, if it cannot.
 fn fuse_unavailable() -> Option<String> {
@@ -209,17 +219,6 @@ fn attribute_files_behave_as_sysfs() {
     );
 }
 
-/// Runs a command, panicking with its output when it fails.
-fn sh(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// Undoes the mount and the loop device whatever happens.
 struct Ext4 {
     loopdev: String,
@@ -263,15 +262,22 @@ fn ext4_on_the_fuse_disk_untar_delete_fstrim_fsck() {
     let tmp = tempfile::tempdir().unwrap();
     // A small real tree: the system's C headers.
     let tarball = tmp.path().join("include.tar");
-    sh(Command::new("tar")
-        .arg("cf")
-        .arg(&tarball)
-        .args(["-C", "/usr", "include"]));
+    run_ok(
+        Command::new("tar")
+            .arg("cf")
+            .arg(&tarball)
+            .args(["-C", "/usr", "include"]),
+        LIMIT,
+    );
     let server = start(tmp.path(), "512M");
     let dev = tmp.path().join("mnt/zram0");
-    let loopdev = sh(Command::new("losetup")
-        .args(["-f", "--show"])
-        .arg(dev.join("disk")))
+    let loopdev = run_ok(
+        Command::new("losetup")
+            .args(["-f", "--show"])
+            .arg(dev.join("disk")),
+        LIMIT,
+    )
+    .stdout
     .trim()
     .to_owned();
     let mnt = tmp.path().join("ext4");
@@ -281,24 +287,36 @@ fn ext4_on_the_fuse_disk_untar_delete_fstrim_fsck() {
         mnt: mnt.clone(),
         mounted: false,
     };
-    sh(Command::new("mkfs.ext4").args(["-q", "-F", &loopdev]));
-    sh(Command::new("mount")
-        .args(["-o", "discard", &loopdev])
-        .arg(&mnt));
+    run_ok(
+        Command::new("mkfs.ext4").args(["-q", "-F", &loopdev]),
+        LIMIT,
+    );
+    run_ok(
+        Command::new("mount")
+            .args(["-o", "discard", &loopdev])
+            .arg(&mnt),
+        LIMIT,
+    );
     fs.mounted = true;
 
-    sh(Command::new("tar")
-        .arg("xf")
-        .arg(&tarball)
-        .arg("-C")
-        .arg(&mnt));
-    sh(&mut Command::new("sync"));
+    run_ok(
+        Command::new("tar")
+            .arg("xf")
+            .arg(&tarball)
+            .arg("-C")
+            .arg(&mnt),
+        LIMIT,
+    );
+    run_ok(&mut Command::new("sync"), LIMIT);
     // Every file matches the tarball.
-    sh(Command::new("tar")
-        .arg("df")
-        .arg(&tarball)
-        .arg("-C")
-        .arg(&mnt));
+    run_ok(
+        Command::new("tar")
+            .arg("df")
+            .arg(&tarball)
+            .arg("-C")
+            .arg(&mnt),
+        LIMIT,
+    );
     let full = mm_stat(&dev);
     println!("after untar: mm_stat {full:?}");
     assert!(full[0] > 10 << 20, "the tree is on the device: {full:?}");
@@ -313,8 +331,8 @@ fn ext4_on_the_fuse_disk_untar_delete_fstrim_fsck() {
     for d in &dirs {
         std::fs::remove_dir_all(d).unwrap();
     }
-    sh(&mut Command::new("sync"));
-    sh(Command::new("fstrim").arg(&mnt));
+    run_ok(&mut Command::new("sync"), LIMIT);
+    run_ok(Command::new("fstrim").arg(&mnt), LIMIT);
     let after = mm_stat(&dev);
     println!("after delete + fstrim: mm_stat {after:?}");
     assert!(
@@ -326,17 +344,9 @@ fn ext4_on_the_fuse_disk_untar_delete_fstrim_fsck() {
         "mem_used_total falls: {full:?} -> {after:?}"
     );
 
-    sh(Command::new("umount").arg(&mnt));
+    run_ok(Command::new("umount").arg(&mnt), LIMIT);
     fs.mounted = false;
-    let fsck = Command::new("e2fsck")
-        .args(["-f", "-n", &loopdev])
-        .output()
-        .unwrap();
-    assert!(
-        fsck.status.success(),
-        "e2fsck: {}",
-        String::from_utf8_lossy(&fsck.stdout)
-    );
+    run_ok(Command::new("e2fsck").args(["-f", "-n", &loopdev]), LIMIT);
     drop(fs);
     server.stop();
 }

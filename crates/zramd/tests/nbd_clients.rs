@@ -13,6 +13,7 @@ mod common {
         reason = "real clients need only the server and a few raw requests, not the bad-input checks"
     )]
     pub mod nbd;
+    pub mod run;
 }
 
 use std::path::{Path, PathBuf};
@@ -21,62 +22,8 @@ use std::time::{Duration, Instant};
 
 use common::have::have;
 use common::nbd::*;
+use common::run::{run, run_ok};
 use zramd::nbd::ServerConfig;
-
-/// Output of a finished command.
-#[derive(Debug)]
-struct Run {
-    ok: bool,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs `cmd` with a time limit; panics with its output if it runs over.
-fn run(cmd: &mut Command, limit: Duration) -> Run {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let out_path = dir.path().join("out");
-    let err_path = dir.path().join("err");
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&out_path).expect("stdout file"))
-        .stderr(std::fs::File::create(&err_path).expect("stderr file"))
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            break Some(s);
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let stdout = std::fs::read_to_string(&out_path).unwrap_or_default();
-    let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
-    let Some(status) = status else {
-        panic!("{cmd:?} ran over {limit:?}\nstdout:\n{stdout}\nstderr:\n{stderr}");
-    };
-    Run {
-        ok: status.success(),
-        stdout,
-        stderr,
-    }
-}
-
-/// Runs `cmd` and requires success.
-fn run_ok(cmd: &mut Command, limit: Duration) -> Run {
-    let desc = format!("{cmd:?}");
-    let r = run(cmd, limit);
-    assert!(
-        r.ok,
-        "{desc} failed\nstdout:\n{}\nstderr:\n{}",
-        r.stdout, r.stderr
-    );
-    r
-}
 
 /// A disk image of real data: this test binary and the system's shared libraries, with
 /// runs of zeroes between them, `size` bytes in all.
@@ -646,20 +593,10 @@ impl Drop for NbdfuseStack {
     }
 }
 
-/// Runs a command to completion, panicking with its stderr on failure.
-fn must(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 #[test]
 fn ext4_on_nbdfuse_loop_mkfs_mount_fsck() {
     const NAME: &str = "ext4_on_nbdfuse_loop_mkfs_mount_fsck";
+    const LIMIT: Duration = Duration::from_secs(300);
     for tool in ["nbdfuse", "fusermount3", "losetup", "mkfs.ext4", "e2fsck"] {
         if !have(NAME, tool) {
             return;
@@ -698,38 +635,39 @@ fn ext4_on_nbdfuse_loop_mkfs_mount_fsck() {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let loopdev = must(Command::new("losetup").args(["-f", "--show"]).arg(&file))
-        .trim()
-        .to_owned();
+    let loopdev = run_ok(
+        Command::new("losetup").args(["-f", "--show"]).arg(&file),
+        LIMIT,
+    )
+    .stdout
+    .trim()
+    .to_owned();
     stack.loopdev = Some(loopdev.clone());
-    must(Command::new("mkfs.ext4").args(["-q", "-F", &loopdev]));
+    run_ok(
+        Command::new("mkfs.ext4").args(["-q", "-F", &loopdev]),
+        LIMIT,
+    );
     let ext4 = dir.path().join("ext4");
     std::fs::create_dir(&ext4).unwrap();
-    must(Command::new("mount").arg(&loopdev).arg(&ext4));
+    run_ok(Command::new("mount").arg(&loopdev).arg(&ext4), LIMIT);
     stack.ext4_mnt = Some(ext4.clone());
     // Real files in, read back, a consistent filesystem after.
-    must(
+    run_ok(
         Command::new("cp")
             .args(["-a", "/usr/include/linux"])
             .arg(&ext4),
+        LIMIT,
     );
-    must(&mut Command::new("sync"));
-    must(
+    run_ok(&mut Command::new("sync"), LIMIT);
+    run_ok(
         Command::new("diff")
             .args(["-r", "/usr/include/linux"])
             .arg(ext4.join("linux")),
+        LIMIT,
     );
-    must(Command::new("umount").arg(&ext4));
+    run_ok(Command::new("umount").arg(&ext4), LIMIT);
     stack.ext4_mnt = None;
-    let fsck = Command::new("e2fsck")
-        .args(["-f", "-n", &loopdev])
-        .output()
-        .unwrap();
-    assert!(
-        fsck.status.success(),
-        "e2fsck: {}",
-        String::from_utf8_lossy(&fsck.stdout)
-    );
+    run_ok(Command::new("e2fsck").args(["-f", "-n", &loopdev]), LIMIT);
     drop(stack);
     server.stop();
 }

@@ -5,17 +5,22 @@
 //! A test whose tool is missing says so on stderr and returns; it never passes silently.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Shared test helpers (`tests/common/`): each test includes the files it uses.
 mod common {
     pub mod have;
+    pub mod run;
 }
 
 use common::have::have;
+use common::run::{run, run_ok};
 
 const ZRAMD: &str = env!("CARGO_BIN_EXE_zramd");
+
+/// How long one client run may take.
+const LIMIT: Duration = Duration::from_secs(60);
 
 /// A `zramd serve` process, stopped with SIGTERM when dropped.
 struct Served {
@@ -86,33 +91,6 @@ impl Drop for Served {
     }
 }
 
-/// Runs a client to completion (with a time limit) and requires success.
-fn run_ok(cmd: &mut Command) -> Output {
-    let desc = format!("{cmd:?}");
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{desc}: {e}"));
-    let start = Instant::now();
-    while child.try_wait().expect("wait").is_none() {
-        if start.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            panic!("{desc} ran over a minute");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().expect("output");
-    assert!(
-        out.status.success(),
-        "{desc} failed\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
 /// Real bytes: text and binaries from the system, with zero runs, `len` bytes.
 fn image(len: usize) -> Vec<u8> {
     let mut sources = vec![std::env::current_exe().expect("exe")];
@@ -151,8 +129,8 @@ fn nbdcopy_and_qemu_io_through_32k_units() {
     assert_eq!(stat[0]["algorithm"], "zstd", "{stat}");
     // The unit is offered as the preferred block size.
     if have("nbdcopy_and_qemu_io_through_32k_units", "nbdinfo") {
-        let out = run_ok(Command::new("nbdinfo").arg(served.uri("zram0")));
-        let text = String::from_utf8_lossy(&out.stdout);
+        let out = run_ok(Command::new("nbdinfo").arg(served.uri("zram0")), LIMIT);
+        let text = &out.stdout;
         assert!(text.contains("block_size_preferred: 32768"), "{text}");
     }
 
@@ -160,9 +138,15 @@ fn nbdcopy_and_qemu_io_through_32k_units() {
     let img = image(size);
     let src = dir.path().join("in.img");
     std::fs::write(&src, &img).unwrap();
-    run_ok(Command::new("nbdcopy").arg(&src).arg(served.uri("zram0")));
+    run_ok(
+        Command::new("nbdcopy").arg(&src).arg(served.uri("zram0")),
+        LIMIT,
+    );
     let back = dir.path().join("out.img");
-    run_ok(Command::new("nbdcopy").arg(served.uri("zram0")).arg(&back));
+    run_ok(
+        Command::new("nbdcopy").arg(served.uri("zram0")).arg(&back),
+        LIMIT,
+    );
     let got = std::fs::read(&back).unwrap();
     if got != img {
         let first = got.iter().zip(&img).position(|(a, b)| a != b);
@@ -198,8 +182,9 @@ fn nbdcopy_and_qemu_io_through_32k_units() {
             .args(["-c", "read -P 0x41 65538 34462"])
             .args(["-c", "read -P 0 131072 65536"])
             .arg(&target),
+        LIMIT,
     );
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = &out.stdout;
     assert!(!text.contains("fail"), "{text}");
     assert_eq!(text.matches("read ").count(), 6, "{text}");
     // The bytes around the edits are the image's.
@@ -208,7 +193,7 @@ fn nbdcopy_and_qemu_io_through_32k_units() {
     bytes[65535..65538].fill(0x42);
     bytes[40001..45001].fill(0);
     bytes[131072..196608].fill(0);
-    run_ok(Command::new("nbdcopy").arg(&target).arg(&back));
+    run_ok(Command::new("nbdcopy").arg(&target).arg(&back), LIMIT);
     assert!(std::fs::read(&back).unwrap() == bytes, "edits read back");
 }
 
@@ -239,17 +224,17 @@ fn config_file_unit_size_and_bad_values() {
         ),
         (["--size", "1M", "--unit-size", "big"], "invalid size"),
     ] {
-        let out = Command::new(ZRAMD)
-            .arg("serve")
-            .args(args)
-            .arg("--unix")
-            .arg(dir.path().join("x.sock"))
-            .arg("--control")
-            .arg(dir.path().join("x-control.sock"))
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{args:?} started");
-        assert!(err.contains(why), "{args:?}: {err}");
+        let out = run(
+            Command::new(ZRAMD)
+                .arg("serve")
+                .args(args)
+                .arg("--unix")
+                .arg(dir.path().join("x.sock"))
+                .arg("--control")
+                .arg(dir.path().join("x-control.sock")),
+            LIMIT,
+        );
+        assert!(!out.ok, "{args:?} started");
+        assert!(out.stderr.contains(why), "{args:?}: {}", out.stderr);
     }
 }
