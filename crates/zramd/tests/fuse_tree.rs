@@ -4,6 +4,7 @@
 
 /// Shared test helpers (`tests/common/`): each test includes the files it uses.
 mod common {
+    pub mod have;
     pub mod run;
 }
 
@@ -12,33 +13,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use common::have::have;
 use common::run::run_ok;
 use zramd::serve::{DeviceSpec, ServeOptions, Server};
 
 /// How long one system command (tar, losetup, mkfs, mount, fstrim...) may take.
 const LIMIT: Duration = Duration::from_secs(300);
-
-/// Why FUSE cannot be used here, if it cannot.
-fn fuse_unavailable() -> Option<String> {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let root = status
-        .lines()
-        .find(|l| l.starts_with("Uid:"))
-        .and_then(|l| l.split_whitespace().nth(2))
-        == Some("0");
-    if !Path::new("/dev/fuse").exists() {
-        return Some("/dev/fuse does not exist".into());
-    }
-    if !root
-        && Command::new("fusermount3")
-            .arg("--version")
-            .output()
-            .is_err()
-    {
-        return Some("not root and no fusermount3".into());
-    }
-    None
-}
 
 fn start(dir: &Path, size: &str) -> Server {
     let mount = dir.join("mnt");
@@ -70,8 +50,7 @@ fn mm_stat(dev: &Path) -> Vec<u64> {
 
 #[test]
 fn attribute_files_behave_as_sysfs() {
-    if let Some(why) = fuse_unavailable() {
-        println!("SKIPPED attribute_files_behave_as_sysfs: {why}");
+    if !have("attribute_files_behave_as_sysfs", "fuse") {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -237,25 +216,17 @@ impl Drop for Ext4 {
 
 #[test]
 fn ext4_on_the_fuse_disk_untar_delete_fstrim_fsck() {
-    if let Some(why) = fuse_unavailable() {
-        println!("SKIPPED ext4_on_the_fuse_disk: {why}");
-        return;
-    }
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    if !status
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
-    {
-        println!("SKIPPED ext4_on_the_fuse_disk: needs root for losetup and mount");
-        return;
-    }
-    for tool in ["losetup", "mkfs.ext4", "e2fsck", "fstrim", "tar"] {
-        if Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .output()
-            .map_or(true, |o| !o.status.success())
-        {
-            println!("SKIPPED ext4_on_the_fuse_disk: {tool} is not installed");
+    const NAME: &str = "ext4_on_the_fuse_disk_untar_delete_fstrim_fsck";
+    for need in [
+        "fuse",
+        "root",
+        "losetup",
+        "mkfs.ext4",
+        "e2fsck",
+        "fstrim",
+        "tar",
+    ] {
+        if !have(NAME, need) {
             return;
         }
     }
