@@ -8,6 +8,7 @@
 /// Shared test helpers (`tests/common/`): each test includes the files it uses.
 mod common {
     pub mod have;
+    pub mod image;
     #[expect(
         dead_code,
         reason = "real clients need only the server and a few raw requests, not the bad-input checks"
@@ -16,48 +17,15 @@ mod common {
     pub mod run;
 }
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::have::have;
+use common::image::real_image;
 use common::nbd::*;
 use common::run::{run, run_ok};
 use zramd::nbd::ServerConfig;
-
-/// A disk image of real data: this test binary and the system's shared libraries, with
-/// runs of zeroes between them, `size` bytes in all.
-fn real_image(dir: &Path, name: &str, size: usize) -> PathBuf {
-    let mut sources: Vec<PathBuf> = vec![std::env::current_exe().expect("exe")];
-    for d in [
-        "/usr/lib/x86_64-linux-gnu",
-        "/usr/lib/aarch64-linux-gnu",
-        "/usr/share/common-licenses",
-    ] {
-        if let Ok(rd) = std::fs::read_dir(d) {
-            let mut files: Vec<PathBuf> = rd
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.is_file())
-                .collect();
-            files.sort();
-            sources.extend(files.into_iter().take(40));
-        }
-    }
-    let mut img = Vec::with_capacity(size);
-    let mut i = 0;
-    while img.len() < size {
-        let data = std::fs::read(&sources[i % sources.len()]).unwrap_or_default();
-        let take = data.len().min(size - img.len()).min(3 << 20);
-        img.extend_from_slice(&data[..take]);
-        // Zero runs of varying length, some page-aligned and some not.
-        let zeros = ((i * 37_000) % 300_000).min(size - img.len());
-        img.resize(img.len() + zeros, 0);
-        i += 1;
-    }
-    let path = dir.join(name);
-    std::fs::write(&path, &img).expect("write image");
-    path
-}
 
 #[test]
 fn qemu_img_convert_and_compare() {
@@ -66,7 +34,8 @@ fn qemu_img_convert_and_compare() {
     }
     let dir = tempfile::tempdir().unwrap();
     let size = 24 << 20;
-    let img = real_image(dir.path(), "src.img", size);
+    let img = dir.path().join("src.img");
+    real_image(&img, size);
     let server = Server::start(size as u64, ServerConfig::default());
     let target = server.uri("zram0");
     run_ok(
@@ -296,7 +265,8 @@ fn nbdcopy_both_ways_with_several_connections() {
     }
     let dir = tempfile::tempdir().unwrap();
     let size = 32 << 20;
-    let src = real_image(dir.path(), "src.img", size);
+    let src = dir.path().join("src.img");
+    let a = real_image(&src, size);
     for tcp in [false, true] {
         let server = if tcp {
             Server::start_tcp(size as u64, ServerConfig::default())
@@ -320,7 +290,7 @@ fn nbdcopy_both_ways_with_several_connections() {
                 .arg(&dst),
             Duration::from_secs(180),
         );
-        let (a, b) = (std::fs::read(&src).unwrap(), std::fs::read(&dst).unwrap());
+        let b = std::fs::read(&dst).unwrap();
         assert_eq!(a.len(), b.len());
         assert!(a == b, "nbdcopy round trip differs");
         // The export itself, byte for byte, through our own reader.

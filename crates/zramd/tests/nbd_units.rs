@@ -11,10 +11,12 @@ use std::time::{Duration, Instant};
 /// Shared test helpers (`tests/common/`): each test includes the files it uses.
 mod common {
     pub mod have;
+    pub mod image;
     pub mod run;
 }
 
 use common::have::have;
+use common::image::real_image;
 use common::run::{run, run_ok};
 
 const ZRAMD: &str = env!("CARGO_BIN_EXE_zramd");
@@ -91,26 +93,6 @@ impl Drop for Served {
     }
 }
 
-/// Real bytes: text and binaries from the system, with zero runs, `len` bytes.
-fn image(len: usize) -> Vec<u8> {
-    let mut sources = vec![std::env::current_exe().expect("exe")];
-    if let Ok(rd) = std::fs::read_dir("/usr/share/common-licenses") {
-        let mut files: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
-        files.sort();
-        sources.extend(files);
-    }
-    let mut img = Vec::with_capacity(len);
-    let mut i = 0;
-    while img.len() < len {
-        let data = std::fs::read(&sources[i % sources.len()]).unwrap_or_default();
-        let take = data.len().min(len - img.len()).min(1 << 20);
-        img.extend_from_slice(&data[..take]);
-        img.resize((img.len() + (i * 13_001) % 70_000).min(len), 0);
-        i += 1;
-    }
-    img
-}
-
 #[test]
 fn nbdcopy_and_qemu_io_through_32k_units() {
     if !have("nbdcopy_and_qemu_io_through_32k_units", "nbdcopy")
@@ -135,9 +117,8 @@ fn nbdcopy_and_qemu_io_through_32k_units() {
     }
 
     // A whole image in and out.
-    let img = image(size);
     let src = dir.path().join("in.img");
-    std::fs::write(&src, &img).unwrap();
+    let img = real_image(&src, size);
     run_ok(
         Command::new("nbdcopy").arg(&src).arg(served.uri("zram0")),
         LIMIT,
