@@ -4,94 +4,26 @@
 //!
 //! A test whose tool is missing says so on stderr and returns; it never passes silently.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
 /// Shared test helpers (`tests/common/`): each test includes the files it uses.
 mod common {
     pub mod have;
     pub mod image;
     pub mod run;
+    pub mod served;
 }
+
+use std::process::Command;
+use std::time::Duration;
 
 use common::have::have;
 use common::image::real_image;
 use common::run::{run, run_ok};
+use common::served::Served;
 
 const ZRAMD: &str = env!("CARGO_BIN_EXE_zramd");
 
 /// How long one client run may take.
 const LIMIT: Duration = Duration::from_secs(60);
-
-/// A `zramd serve` process, stopped with SIGTERM when dropped.
-struct Served {
-    child: Child,
-    socket: PathBuf,
-    control: PathBuf,
-}
-
-impl Served {
-    fn start(dir: &Path, args: &[&str]) -> Self {
-        let socket = dir.join("nbd.sock");
-        let control = dir.join("control.sock");
-        let child = Command::new(ZRAMD)
-            .arg("serve")
-            .args(args)
-            .arg("--unix")
-            .arg(&socket)
-            .arg("--control")
-            .arg(&control)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start zramd serve");
-        let start = Instant::now();
-        while !(control.exists() && socket.exists()) {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "server did not start"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Self {
-            child,
-            socket,
-            control,
-        }
-    }
-
-    fn uri(&self, export: &str) -> String {
-        format!("nbd+unix:///{export}?socket={}", self.socket.display())
-    }
-
-    fn stat_json(&self) -> serde_json::Value {
-        let out = Command::new(ZRAMD)
-            .args(["stat", "--json", "--control"])
-            .arg(&self.control)
-            .output()
-            .expect("zramd stat");
-        assert!(out.status.success(), "{out:?}");
-        serde_json::from_slice(&out.stdout).expect("stat JSON")
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(10) {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 #[test]
 fn nbdcopy_and_qemu_io_through_32k_units() {
@@ -176,6 +108,7 @@ fn nbdcopy_and_qemu_io_through_32k_units() {
     bytes[131072..196608].fill(0);
     run_ok(Command::new("nbdcopy").arg(&target).arg(&back), LIMIT);
     assert!(std::fs::read(&back).unwrap() == bytes, "edits read back");
+    served.stop();
 }
 
 #[test]
@@ -194,6 +127,7 @@ fn config_file_unit_size_and_bad_values() {
         assert_eq!(stat[0]["name"], "big", "{stat}");
         assert_eq!(stat[0]["unit_size"], 65536, "{stat}");
         assert_eq!(stat[1]["unit_size"], 4096, "{stat}");
+        served.stop();
     }
     for (args, why) in [
         (["--size", "1M", "--unit-size", "48K"], "power of two"),
