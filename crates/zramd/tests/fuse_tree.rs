@@ -4,6 +4,7 @@
 
 /// Shared test helpers (`tests/common/`): each test includes the files it uses.
 mod common {
+    pub mod ext4;
     pub mod have;
     pub mod run;
 }
@@ -13,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use common::ext4::Ext4;
 use common::have::have;
 use common::run::run_ok;
 use zramd::serve::{DeviceSpec, ServeOptions, Server};
@@ -198,22 +200,6 @@ fn attribute_files_behave_as_sysfs() {
     );
 }
 
-/// Undoes the mount and the loop device whatever happens.
-struct Ext4 {
-    loopdev: String,
-    mnt: PathBuf,
-    mounted: bool,
-}
-
-impl Drop for Ext4 {
-    fn drop(&mut self) {
-        if self.mounted {
-            let _ = Command::new("umount").arg(&self.mnt).status();
-        }
-        let _ = Command::new("losetup").args(["-d", &self.loopdev]).status();
-    }
-}
-
 #[test]
 fn ext4_on_the_fuse_disk_untar_delete_fstrim_fsck() {
     const NAME: &str = "ext4_on_the_fuse_disk_untar_delete_fstrim_fsck";
@@ -242,33 +228,8 @@ fn ext4_on_the_fuse_disk_untar_delete_fstrim_fsck() {
     );
     let server = start(tmp.path(), "512M");
     let dev = tmp.path().join("mnt/zram0");
-    let loopdev = run_ok(
-        Command::new("losetup")
-            .args(["-f", "--show"])
-            .arg(dev.join("disk")),
-        LIMIT,
-    )
-    .stdout
-    .trim()
-    .to_owned();
     let mnt = tmp.path().join("ext4");
-    std::fs::create_dir_all(&mnt).unwrap();
-    let mut fs = Ext4 {
-        loopdev: loopdev.clone(),
-        mnt: mnt.clone(),
-        mounted: false,
-    };
-    run_ok(
-        Command::new("mkfs.ext4").args(["-q", "-F", &loopdev]),
-        LIMIT,
-    );
-    run_ok(
-        Command::new("mount")
-            .args(["-o", "discard", &loopdev])
-            .arg(&mnt),
-        LIMIT,
-    );
-    fs.mounted = true;
+    let fs = Ext4::create(&dev.join("disk"), &mnt, &["-o", "discard"]);
 
     run_ok(
         Command::new("tar")
@@ -315,9 +276,6 @@ fn ext4_on_the_fuse_disk_untar_delete_fstrim_fsck() {
         "mem_used_total falls: {full:?} -> {after:?}"
     );
 
-    run_ok(Command::new("umount").arg(&mnt), LIMIT);
-    fs.mounted = false;
-    run_ok(Command::new("e2fsck").args(["-f", "-n", &loopdev]), LIMIT);
-    drop(fs);
+    fs.unmount_and_check();
     server.stop();
 }

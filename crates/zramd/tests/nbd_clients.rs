@@ -7,6 +7,7 @@
 
 /// Shared test helpers (`tests/common/`): each test includes the files it uses.
 mod common {
+    pub mod ext4;
     pub mod have;
     pub mod image;
     #[expect(
@@ -17,10 +18,11 @@ mod common {
     pub mod run;
 }
 
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::ext4::Ext4;
 use common::have::have;
 use common::image::real_image;
 use common::nbd::*;
@@ -449,38 +451,85 @@ print("libnbd ok")
     server.stop();
 }
 
+/// `nbdfuse` serving an NBD export as the file `<mnt>/nbd`; unmounted and stopped on drop,
+/// whatever happens.
+#[derive(Debug)]
+struct Nbdfuse {
+    child: Child,
+    mnt: PathBuf,
+}
+
+impl Nbdfuse {
+    /// Starts nbdfuse for `uri` on `mnt` (created) and waits for its file; if the file does
+    /// not appear, says why.
+    fn mount(mnt: &Path, uri: &str) -> Result<Self, String> {
+        std::fs::create_dir(mnt).expect("FUSE mount point");
+        let child = Command::new("nbdfuse")
+            .arg(mnt)
+            .arg(uri)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start nbdfuse");
+        let mut fuse = Self {
+            child,
+            mnt: mnt.to_owned(),
+        };
+        let start = Instant::now();
+        while !fuse.file().exists() {
+            if let Ok(Some(status)) = fuse.child.try_wait() {
+                return Err(format!("nbdfuse exited ({status}) without mounting"));
+            }
+            if start.elapsed() > Duration::from_secs(20) {
+                return Err("nbdfuse did not mount within 20 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(fuse)
+    }
+
+    /// The export as a file.
+    fn file(&self) -> PathBuf {
+        self.mnt.join("nbd")
+    }
+}
+
+impl Drop for Nbdfuse {
+    fn drop(&mut self) {
+        let _ = Command::new("fusermount3")
+            .arg("-u")
+            .arg(&self.mnt)
+            .status();
+        let start = Instant::now();
+        while self.child.try_wait().ok().flatten().is_none()
+            && start.elapsed() < Duration::from_secs(20)
+        {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 #[test]
 fn nbdfuse_file_reads_and_writes() {
+    const NAME: &str = "nbdfuse_file_reads_and_writes";
     for need in ["nbdfuse", "fusermount3", "fuse"] {
-        if !have("nbdfuse_file_reads_and_writes", need) {
+        if !have(NAME, need) {
             return;
         }
     }
     let server = Server::start(8 << 20, ServerConfig::default());
     let dir = tempfile::tempdir().unwrap();
-    let mnt = dir.path().join("mnt");
-    std::fs::create_dir(&mnt).unwrap();
-    let mut child = Command::new("nbdfuse")
-        .arg(&mnt)
-        .arg(server.uri("zram0"))
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("start nbdfuse");
-    let file = mnt.join("nbd");
-    let start = Instant::now();
-    while !file.exists() {
-        if start.elapsed() > Duration::from_secs(20) || child.try_wait().ok().flatten().is_some() {
-            let _ = child.kill();
-            let _ = child.wait();
-            eprintln!(
-                "SKIPPED nbdfuse_file_reads_and_writes: nbdfuse did not mount (FUSE unavailable in this sandbox?)"
-            );
+    let fuse = match Nbdfuse::mount(&dir.path().join("mnt"), &server.uri("zram0")) {
+        Ok(fuse) => fuse,
+        Err(why) => {
+            eprintln!("SKIPPED {NAME}: {why}");
             return;
         }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let result = std::panic::catch_unwind(|| {
+    };
+    {
         use std::io::{Read, Seek, SeekFrom, Write};
+        let file = fuse.file();
         assert_eq!(std::fs::metadata(&file).unwrap().len(), 8 << 20);
         let data: Vec<u8> = (0..300_000u32).map(|i| (i * 31 % 253) as u8).collect();
         let mut f = std::fs::OpenOptions::new()
@@ -495,20 +544,8 @@ fn nbdfuse_file_reads_and_writes() {
         f.seek(SeekFrom::Start(12_345)).unwrap();
         f.read_exact(&mut back).unwrap();
         assert!(back == data);
-    });
-    let _ = run(
-        Command::new("fusermount3").arg("-u").arg(&mnt),
-        Duration::from_secs(20),
-    );
-    let start = Instant::now();
-    while child.try_wait().ok().flatten().is_none() && start.elapsed() < Duration::from_secs(20) {
-        std::thread::sleep(Duration::from_millis(50));
     }
-    let _ = child.kill();
-    let _ = child.wait();
-    if let Err(p) = result {
-        std::panic::resume_unwind(p);
-    }
+    drop(fuse);
     // What went through the FUSE file is on the device.
     let mut c = server.connect();
     c.greet();
@@ -519,37 +556,6 @@ fn nbdfuse_file_reads_and_writes() {
     assert_eq!(c.recv(100), want);
     drop(c);
     server.stop();
-}
-
-/// Unmounts, detaches and stops everything of the ext4-over-nbdfuse test, whatever happens.
-struct NbdfuseStack {
-    nbdfuse: std::process::Child,
-    fuse_mnt: std::path::PathBuf,
-    loopdev: Option<String>,
-    ext4_mnt: Option<std::path::PathBuf>,
-}
-
-impl Drop for NbdfuseStack {
-    fn drop(&mut self) {
-        if let Some(m) = &self.ext4_mnt {
-            let _ = Command::new("umount").arg(m).status();
-        }
-        if let Some(l) = &self.loopdev {
-            let _ = Command::new("losetup").args(["-d", l]).status();
-        }
-        let _ = Command::new("fusermount3")
-            .arg("-u")
-            .arg(&self.fuse_mnt)
-            .status();
-        let start = Instant::now();
-        while self.nbdfuse.try_wait().ok().flatten().is_none()
-            && start.elapsed() < Duration::from_secs(20)
-        {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.nbdfuse.kill();
-        let _ = self.nbdfuse.wait();
-    }
 }
 
 #[test]
@@ -571,45 +577,15 @@ fn ext4_on_nbdfuse_loop_mkfs_mount_fsck() {
     }
     let server = Server::start(128 << 20, ServerConfig::default());
     let dir = tempfile::tempdir().unwrap();
-    let fuse_mnt = dir.path().join("fuse");
-    std::fs::create_dir(&fuse_mnt).unwrap();
-    let nbdfuse = Command::new("nbdfuse")
-        .arg(&fuse_mnt)
-        .arg(server.uri("zram0"))
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("start nbdfuse");
-    let mut stack = NbdfuseStack {
-        nbdfuse,
-        fuse_mnt: fuse_mnt.clone(),
-        loopdev: None,
-        ext4_mnt: None,
-    };
-    let file = fuse_mnt.join("nbd");
-    let start = Instant::now();
-    while !file.exists() {
-        if start.elapsed() > Duration::from_secs(20) {
-            eprintln!("SKIPPED {NAME}: nbdfuse did not mount");
+    let fuse = match Nbdfuse::mount(&dir.path().join("fuse"), &server.uri("zram0")) {
+        Ok(fuse) => fuse,
+        Err(why) => {
+            eprintln!("SKIPPED {NAME}: {why}");
             return;
         }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let loopdev = run_ok(
-        Command::new("losetup").args(["-f", "--show"]).arg(&file),
-        LIMIT,
-    )
-    .stdout
-    .trim()
-    .to_owned();
-    stack.loopdev = Some(loopdev.clone());
-    run_ok(
-        Command::new("mkfs.ext4").args(["-q", "-F", &loopdev]),
-        LIMIT,
-    );
+    };
     let ext4 = dir.path().join("ext4");
-    std::fs::create_dir(&ext4).unwrap();
-    run_ok(Command::new("mount").arg(&loopdev).arg(&ext4), LIMIT);
-    stack.ext4_mnt = Some(ext4.clone());
+    let fs = Ext4::create(&fuse.file(), &ext4, &[]);
     // Real files in, read back, a consistent filesystem after.
     run_ok(
         Command::new("cp")
@@ -624,9 +600,7 @@ fn ext4_on_nbdfuse_loop_mkfs_mount_fsck() {
             .arg(ext4.join("linux")),
         LIMIT,
     );
-    run_ok(Command::new("umount").arg(&ext4), LIMIT);
-    stack.ext4_mnt = None;
-    run_ok(Command::new("e2fsck").args(["-f", "-n", &loopdev]), LIMIT);
-    drop(stack);
+    fs.unmount_and_check();
+    drop(fuse);
     server.stop();
 }
