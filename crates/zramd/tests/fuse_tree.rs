@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use common::ext4::Ext4;
 use common::have::have;
-use common::run::run_ok;
+use common::run::{run, run_ok};
 use zramd::serve::{DeviceSpec, ServeOptions, Server};
 
 /// How long one system command (tar, losetup, mkfs, mount, fstrim...) may take.
@@ -137,12 +137,12 @@ fn attribute_files_behave_as_sysfs() {
 
     // fallocate: punch-hole reads back zeroes and frees pages; zero-range too.
     let disk = dev.join("disk");
-    let st = Command::new("fallocate")
-        .args(["-p", "-o", "100", "-l", "524288"])
-        .arg(&disk)
-        .status()
-        .unwrap();
-    assert!(st.success());
+    run_ok(
+        Command::new("fallocate")
+            .args(["-p", "-o", "100", "-l", "524288"])
+            .arg(&disk),
+        LIMIT,
+    );
     let mut back = vec![0u8; text.len()];
     std::fs::File::open(&disk)
         .unwrap()
@@ -152,19 +152,18 @@ fn attribute_files_behave_as_sysfs() {
     assert!(back[100..524_388].iter().all(|&b| b == 0));
     assert_eq!(&back[524_388..], &text[524_388..]);
     assert!(mm_stat(&dev)[0] < 1 << 20, "punched pages freed");
-    let st = Command::new("fallocate")
-        .args(["-z", "-o", "524288", "-l", "8192"])
-        .arg(&disk)
-        .status()
-        .unwrap();
-    assert!(st.success());
+    run_ok(
+        Command::new("fallocate")
+            .args(["-z", "-o", "524288", "-l", "8192"])
+            .arg(&disk),
+        LIMIT,
+    );
     // Resizing the disk is refused.
-    let st = Command::new("truncate")
-        .args(["-s", "1M"])
-        .arg(&disk)
-        .status()
-        .unwrap();
-    assert!(!st.success());
+    let r = run(
+        Command::new("truncate").args(["-s", "1M"]).arg(&disk),
+        LIMIT,
+    );
+    assert!(!r.ok, "{r:?}");
 
     // Reset, then re-initialize with another algorithm, as with sysfs.
     write("reset", "1\n").unwrap();

@@ -461,8 +461,8 @@ struct Nbdfuse {
 
 impl Nbdfuse {
     /// Starts nbdfuse for `uri` on `mnt` (created) and waits for its file; if the file does
-    /// not appear, says why.
-    fn mount(mnt: &Path, uri: &str) -> Result<Self, String> {
+    /// not appear, says why `test` is skipped and returns `None`.
+    fn mount(test: &str, mnt: &Path, uri: &str) -> Option<Self> {
         std::fs::create_dir(mnt).expect("FUSE mount point");
         let child = Command::new("nbdfuse")
             .arg(mnt)
@@ -476,15 +476,19 @@ impl Nbdfuse {
         };
         let start = Instant::now();
         while !fuse.file().exists() {
-            if let Ok(Some(status)) = fuse.child.try_wait() {
-                return Err(format!("nbdfuse exited ({status}) without mounting"));
-            }
-            if start.elapsed() > Duration::from_secs(20) {
-                return Err("nbdfuse did not mount within 20 s".into());
+            let exited = matches!(fuse.child.try_wait(), Ok(Some(_)));
+            if exited || start.elapsed() > Duration::from_secs(20) {
+                let how = if exited {
+                    "it exited"
+                } else {
+                    "no file in 20 s"
+                };
+                eprintln!("SKIPPED {test}: nbdfuse did not mount ({how})");
+                return None;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        Ok(fuse)
+        Some(fuse)
     }
 
     /// The export as a file.
@@ -520,12 +524,8 @@ fn nbdfuse_file_reads_and_writes() {
     }
     let server = Server::start(8 << 20, ServerConfig::default());
     let dir = tempfile::tempdir().unwrap();
-    let fuse = match Nbdfuse::mount(&dir.path().join("mnt"), &server.uri("zram0")) {
-        Ok(fuse) => fuse,
-        Err(why) => {
-            eprintln!("SKIPPED {NAME}: {why}");
-            return;
-        }
+    let Some(fuse) = Nbdfuse::mount(NAME, &dir.path().join("mnt"), &server.uri("zram0")) else {
+        return;
     };
     {
         use std::io::{Read, Seek, SeekFrom, Write};
@@ -577,12 +577,8 @@ fn ext4_on_nbdfuse_loop_mkfs_mount_fsck() {
     }
     let server = Server::start(128 << 20, ServerConfig::default());
     let dir = tempfile::tempdir().unwrap();
-    let fuse = match Nbdfuse::mount(&dir.path().join("fuse"), &server.uri("zram0")) {
-        Ok(fuse) => fuse,
-        Err(why) => {
-            eprintln!("SKIPPED {NAME}: {why}");
-            return;
-        }
+    let Some(fuse) = Nbdfuse::mount(NAME, &dir.path().join("fuse"), &server.uri("zram0")) else {
+        return;
     };
     let ext4 = dir.path().join("ext4");
     let fs = Ext4::create(&fuse.file(), &ext4, &[]);

@@ -183,25 +183,22 @@ pub trait Stream: Read + Write + Send {
     fn shutdown_write(&self) -> io::Result<()>;
 }
 
-impl Stream for UnixStream {
-    fn set_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        self.set_read_timeout(t)?;
-        self.set_write_timeout(t)
-    }
-    fn shutdown_write(&self) -> io::Result<()> {
-        self.shutdown(std::net::Shutdown::Write)
-    }
+/// `UnixStream` and `TcpStream` have the same inherent methods but no trait for them.
+macro_rules! impl_stream {
+    ($($t:ty),*) => {$(
+        impl Stream for $t {
+            fn set_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+                self.set_read_timeout(t)?;
+                self.set_write_timeout(t)
+            }
+            fn shutdown_write(&self) -> io::Result<()> {
+                self.shutdown(std::net::Shutdown::Write)
+            }
+        }
+    )*};
 }
 
-impl Stream for TcpStream {
-    fn set_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        self.set_read_timeout(t)?;
-        self.set_write_timeout(t)
-    }
-    fn shutdown_write(&self) -> io::Result<()> {
-        self.shutdown(std::net::Shutdown::Write)
-    }
-}
+impl_stream!(UnixStream, TcpStream);
 
 /// A structured reply chunk header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
