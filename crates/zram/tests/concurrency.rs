@@ -10,9 +10,16 @@
 //! two threads read-modify-write at once; a lost update shows as an owned read that differs
 //! from its owner's model.
 
+#[expect(
+    dead_code,
+    reason = "the concurrency test draws its own page patterns from xorshift"
+)]
+mod common;
+
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use common::xorshift;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use zram::compact::AutoCompact;
@@ -24,13 +31,6 @@ const SHARED: usize = 24;
 const OWNED: usize = 96;
 const PAGES: usize = SHARED + THREADS * OWNED;
 const P: u64 = PAGE_SIZE as u64;
-
-fn xorshift(state: &mut u64) -> u64 {
-    *state ^= *state << 13;
-    *state ^= *state >> 7;
-    *state ^= *state << 17;
-    *state
-}
 
 /// The tag a shared write carries: writer (1-based) in the high half, its counter below.
 fn tag(thread: usize, counter: u64) -> u64 {

@@ -10,6 +10,9 @@
 //! slots' chains need, requests past the end fail and change nothing, and the `mm_stat`
 //! identities hold against the slot table.
 
+mod common;
+
+use common::{random, xorshift};
 use proptest::prelude::*;
 use zram::links;
 use zram::slot::{Flags, SlotEntry};
@@ -39,13 +42,6 @@ enum Op {
     Clear,
 }
 
-fn xorshift(state: &mut u64) -> u64 {
-    *state ^= *state << 13;
-    *state ^= *state >> 7;
-    *state ^= *state << 17;
-    *state
-}
-
 fn bytes(fill: Fill, offset: u64, len: usize) -> Vec<u8> {
     match fill {
         Fill::Zero => vec![0; len],
@@ -53,10 +49,7 @@ fn bytes(fill: Fill, offset: u64, len: usize) -> Vec<u8> {
             let b = w.to_ne_bytes();
             (0..len).map(|i| b[(offset as usize + i) % 8]).collect()
         }
-        Fill::Random(seed) => {
-            let mut s = seed | 1;
-            (0..len).map(|_| xorshift(&mut s) as u8).collect()
-        }
+        Fill::Random(seed) => random(len, seed),
         Fill::Text(seed) => {
             const WORDS: [&str; 8] = [
                 "unit ", "stream ", "chain ", "piece ", "zstd ", "lz4 ", "page ", "link\n",

@@ -3,6 +3,9 @@
 //! discards, write-zeroes, a `mem_limit` refusal, compaction and reset; and the text formats
 //! are the kernel's.
 
+mod common;
+
+use common::{random, xorshift};
 use zram::slot::Flags;
 use zram::stats::MmStat;
 use zram::{Algorithm, AlgorithmParams, Error, PAGE_SIZE, Zram, ZramConfig};
@@ -21,16 +24,8 @@ fn device() -> Zram {
     .expect("device")
 }
 
-fn xorshift(state: &mut u64) -> u64 {
-    *state ^= *state << 13;
-    *state ^= *state >> 7;
-    *state ^= *state << 17;
-    *state
-}
-
 fn random_page(seed: u64) -> Vec<u8> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..PAGE_SIZE).map(|_| xorshift(&mut s) as u8).collect()
+    random(PAGE_SIZE, seed.wrapping_mul(0x9E37_79B9_7F4A_7C15))
 }
 
 /// Compressible text; `seed` varies the words and how much random noise is mixed in, so

@@ -1,6 +1,9 @@
 //! Compression units larger than a page: the stats they report, the memory they give back,
 //! `mem_limit`, metadata, and the `unit_size` values that are refused.
 
+mod common;
+
+use common::random;
 use zram::links;
 use zram::slot::{Flags, SlotEntry};
 use zram::{Algorithm, BlockState, Error, PAGE_SIZE, PoolConfig, Size, Zram, ZramConfig};
@@ -20,18 +23,6 @@ fn device(algorithm: Algorithm, unit_size: usize, disksize: usize) -> Zram {
         ..ZramConfig::default()
     })
     .expect("device")
-}
-
-fn random(len: usize, seed: u64) -> Vec<u8> {
-    let mut s = seed | 1;
-    (0..len)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s as u8
-        })
-        .collect()
 }
 
 /// The `.rs` files under `dir`, recursively, in a fixed order.

@@ -2,33 +2,25 @@
 //! fallocate, and the seeds' workload end to end (root: loop device, ext4, untar, delete,
 //! fstrim, e2fsck). Tests that cannot run here print why and return.
 
+/// Shared test helpers (`tests/common/`): each test includes the files it uses.
+mod common {
+    pub mod ext4;
+    pub mod have;
+    pub mod run;
+}
+
 use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
+use common::ext4::Ext4;
+use common::have::have;
+use common::run::{run, run_ok};
 use zramd::serve::{DeviceSpec, ServeOptions, Server};
 
-/// Why FUSE cannot be used here, if it cannot.
-fn fuse_unavailable() -> Option<String> {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let root = status
-        .lines()
-        .find(|l| l.starts_with("Uid:"))
-        .and_then(|l| l.split_whitespace().nth(2))
-        == Some("0");
-    if !Path::new("/dev/fuse").exists() {
-        return Some("/dev/fuse does not exist".into());
-    }
-    if !root
-        && Command::new("fusermount3")
-            .arg("--version")
-            .output()
-            .is_err()
-    {
-        return Some("not root and no fusermount3".into());
-    }
-    None
-}
+/// How long one system command (tar, losetup, mkfs, mount, fstrim...) may take.
+const LIMIT: Duration = Duration::from_secs(300);
 
 fn start(dir: &Path, size: &str) -> Server {
     let mount = dir.join("mnt");
@@ -60,8 +52,7 @@ fn mm_stat(dev: &Path) -> Vec<u64> {
 
 #[test]
 fn attribute_files_behave_as_sysfs() {
-    if let Some(why) = fuse_unavailable() {
-        println!("SKIPPED attribute_files_behave_as_sysfs: {why}");
+    if !have("attribute_files_behave_as_sysfs", "fuse") {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -146,12 +137,12 @@ fn attribute_files_behave_as_sysfs() {
 
     // fallocate: punch-hole reads back zeroes and frees pages; zero-range too.
     let disk = dev.join("disk");
-    let st = Command::new("fallocate")
-        .args(["-p", "-o", "100", "-l", "524288"])
-        .arg(&disk)
-        .status()
-        .unwrap();
-    assert!(st.success());
+    run_ok(
+        Command::new("fallocate")
+            .args(["-p", "-o", "100", "-l", "524288"])
+            .arg(&disk),
+        LIMIT,
+    );
     let mut back = vec![0u8; text.len()];
     std::fs::File::open(&disk)
         .unwrap()
@@ -161,19 +152,18 @@ fn attribute_files_behave_as_sysfs() {
     assert!(back[100..524_388].iter().all(|&b| b == 0));
     assert_eq!(&back[524_388..], &text[524_388..]);
     assert!(mm_stat(&dev)[0] < 1 << 20, "punched pages freed");
-    let st = Command::new("fallocate")
-        .args(["-z", "-o", "524288", "-l", "8192"])
-        .arg(&disk)
-        .status()
-        .unwrap();
-    assert!(st.success());
+    run_ok(
+        Command::new("fallocate")
+            .args(["-z", "-o", "524288", "-l", "8192"])
+            .arg(&disk),
+        LIMIT,
+    );
     // Resizing the disk is refused.
-    let st = Command::new("truncate")
-        .args(["-s", "1M"])
-        .arg(&disk)
-        .status()
-        .unwrap();
-    assert!(!st.success());
+    let r = run(
+        Command::new("truncate").args(["-s", "1M"]).arg(&disk),
+        LIMIT,
+    );
+    assert!(!r.ok, "{r:?}");
 
     // Reset, then re-initialize with another algorithm, as with sysfs.
     write("reset", "1\n").unwrap();
@@ -209,96 +199,55 @@ fn attribute_files_behave_as_sysfs() {
     );
 }
 
-/// Runs a command, panicking with its output when it fails.
-fn sh(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Undoes the mount and the loop device whatever happens.
-struct Ext4 {
-    loopdev: String,
-    mnt: PathBuf,
-    mounted: bool,
-}
-
-impl Drop for Ext4 {
-    fn drop(&mut self) {
-        if self.mounted {
-            let _ = Command::new("umount").arg(&self.mnt).status();
-        }
-        let _ = Command::new("losetup").args(["-d", &self.loopdev]).status();
-    }
-}
-
 #[test]
 fn ext4_on_the_fuse_disk_untar_delete_fstrim_fsck() {
-    if let Some(why) = fuse_unavailable() {
-        println!("SKIPPED ext4_on_the_fuse_disk: {why}");
-        return;
-    }
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    if !status
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
-    {
-        println!("SKIPPED ext4_on_the_fuse_disk: needs root for losetup and mount");
-        return;
-    }
-    for tool in ["losetup", "mkfs.ext4", "e2fsck", "fstrim", "tar"] {
-        if Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .output()
-            .map_or(true, |o| !o.status.success())
-        {
-            println!("SKIPPED ext4_on_the_fuse_disk: {tool} is not installed");
+    const NAME: &str = "ext4_on_the_fuse_disk_untar_delete_fstrim_fsck";
+    for need in [
+        "fuse",
+        "root",
+        "losetup",
+        "mkfs.ext4",
+        "e2fsck",
+        "fstrim",
+        "tar",
+    ] {
+        if !have(NAME, need) {
             return;
         }
     }
     let tmp = tempfile::tempdir().unwrap();
     // A small real tree: the system's C headers.
     let tarball = tmp.path().join("include.tar");
-    sh(Command::new("tar")
-        .arg("cf")
-        .arg(&tarball)
-        .args(["-C", "/usr", "include"]));
+    run_ok(
+        Command::new("tar")
+            .arg("cf")
+            .arg(&tarball)
+            .args(["-C", "/usr", "include"]),
+        LIMIT,
+    );
     let server = start(tmp.path(), "512M");
     let dev = tmp.path().join("mnt/zram0");
-    let loopdev = sh(Command::new("losetup")
-        .args(["-f", "--show"])
-        .arg(dev.join("disk")))
-    .trim()
-    .to_owned();
     let mnt = tmp.path().join("ext4");
-    std::fs::create_dir_all(&mnt).unwrap();
-    let mut fs = Ext4 {
-        loopdev: loopdev.clone(),
-        mnt: mnt.clone(),
-        mounted: false,
-    };
-    sh(Command::new("mkfs.ext4").args(["-q", "-F", &loopdev]));
-    sh(Command::new("mount")
-        .args(["-o", "discard", &loopdev])
-        .arg(&mnt));
-    fs.mounted = true;
+    let fs = Ext4::create(&dev.join("disk"), &mnt, &["-o", "discard"]);
 
-    sh(Command::new("tar")
-        .arg("xf")
-        .arg(&tarball)
-        .arg("-C")
-        .arg(&mnt));
-    sh(&mut Command::new("sync"));
+    run_ok(
+        Command::new("tar")
+            .arg("xf")
+            .arg(&tarball)
+            .arg("-C")
+            .arg(&mnt),
+        LIMIT,
+    );
+    run_ok(&mut Command::new("sync"), LIMIT);
     // Every file matches the tarball.
-    sh(Command::new("tar")
-        .arg("df")
-        .arg(&tarball)
-        .arg("-C")
-        .arg(&mnt));
+    run_ok(
+        Command::new("tar")
+            .arg("df")
+            .arg(&tarball)
+            .arg("-C")
+            .arg(&mnt),
+        LIMIT,
+    );
     let full = mm_stat(&dev);
     println!("after untar: mm_stat {full:?}");
     assert!(full[0] > 10 << 20, "the tree is on the device: {full:?}");
@@ -313,8 +262,8 @@ fn ext4_on_the_fuse_disk_untar_delete_fstrim_fsck() {
     for d in &dirs {
         std::fs::remove_dir_all(d).unwrap();
     }
-    sh(&mut Command::new("sync"));
-    sh(Command::new("fstrim").arg(&mnt));
+    run_ok(&mut Command::new("sync"), LIMIT);
+    run_ok(Command::new("fstrim").arg(&mnt), LIMIT);
     let after = mm_stat(&dev);
     println!("after delete + fstrim: mm_stat {after:?}");
     assert!(
@@ -326,17 +275,6 @@ fn ext4_on_the_fuse_disk_untar_delete_fstrim_fsck() {
         "mem_used_total falls: {full:?} -> {after:?}"
     );
 
-    sh(Command::new("umount").arg(&mnt));
-    fs.mounted = false;
-    let fsck = Command::new("e2fsck")
-        .args(["-f", "-n", &loopdev])
-        .output()
-        .unwrap();
-    assert!(
-        fsck.status.success(),
-        "e2fsck: {}",
-        String::from_utf8_lossy(&fsck.stdout)
-    );
-    drop(fs);
+    fs.unmount_and_check();
     server.stop();
 }

@@ -5,103 +5,29 @@
 //! fio nbdkit fuse3`). A test whose tool is missing says so on stderr and returns; it never
 //! passes silently. Every tool runs under a time limit and the server is stopped at the end.
 
-pub mod nbd_common;
+/// Shared test helpers (`tests/common/`): each test includes the files it uses.
+mod common {
+    pub mod ext4;
+    pub mod have;
+    pub mod image;
+    #[expect(
+        dead_code,
+        reason = "real clients need only the server and a few raw requests, not the bad-input checks"
+    )]
+    pub mod nbd;
+    pub mod run;
+}
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use nbd_common::*;
+use common::ext4::Ext4;
+use common::have::have;
+use common::image::real_image;
+use common::nbd::*;
+use common::run::{run, run_ok};
 use zramd::nbd::ServerConfig;
-
-/// Output of a finished command.
-#[derive(Debug)]
-struct Run {
-    ok: bool,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs `cmd` with a time limit; panics with its output if it runs over.
-fn run(cmd: &mut Command, limit: Duration) -> Run {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let out_path = dir.path().join("out");
-    let err_path = dir.path().join("err");
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&out_path).expect("stdout file"))
-        .stderr(std::fs::File::create(&err_path).expect("stderr file"))
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            break Some(s);
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let stdout = std::fs::read_to_string(&out_path).unwrap_or_default();
-    let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
-    let Some(status) = status else {
-        panic!("{cmd:?} ran over {limit:?}\nstdout:\n{stdout}\nstderr:\n{stderr}");
-    };
-    Run {
-        ok: status.success(),
-        stdout,
-        stderr,
-    }
-}
-
-/// Runs `cmd` and requires success.
-fn run_ok(cmd: &mut Command, limit: Duration) -> Run {
-    let desc = format!("{cmd:?}");
-    let r = run(cmd, limit);
-    assert!(
-        r.ok,
-        "{desc} failed\nstdout:\n{}\nstderr:\n{}",
-        r.stdout, r.stderr
-    );
-    r
-}
-
-/// A disk image of real data: this test binary and the system's shared libraries, with
-/// runs of zeroes between them, `size` bytes in all.
-fn real_image(dir: &Path, name: &str, size: usize) -> PathBuf {
-    let mut sources: Vec<PathBuf> = vec![std::env::current_exe().expect("exe")];
-    for d in [
-        "/usr/lib/x86_64-linux-gnu",
-        "/usr/lib/aarch64-linux-gnu",
-        "/usr/share/common-licenses",
-    ] {
-        if let Ok(rd) = std::fs::read_dir(d) {
-            let mut files: Vec<PathBuf> = rd
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.is_file())
-                .collect();
-            files.sort();
-            sources.extend(files.into_iter().take(40));
-        }
-    }
-    let mut img = Vec::with_capacity(size);
-    let mut i = 0;
-    while img.len() < size {
-        let data = std::fs::read(&sources[i % sources.len()]).unwrap_or_default();
-        let take = data.len().min(size - img.len()).min(3 << 20);
-        img.extend_from_slice(&data[..take]);
-        // Zero runs of varying length, some page-aligned and some not.
-        let zeros = ((i * 37_000) % 300_000).min(size - img.len());
-        img.resize(img.len() + zeros, 0);
-        i += 1;
-    }
-    let path = dir.join(name);
-    std::fs::write(&path, &img).expect("write image");
-    path
-}
 
 #[test]
 fn qemu_img_convert_and_compare() {
@@ -110,7 +36,8 @@ fn qemu_img_convert_and_compare() {
     }
     let dir = tempfile::tempdir().unwrap();
     let size = 24 << 20;
-    let img = real_image(dir.path(), "src.img", size);
+    let img = dir.path().join("src.img");
+    real_image(&img, size);
     let server = Server::start(size as u64, ServerConfig::default());
     let target = server.uri("zram0");
     run_ok(
@@ -340,7 +267,8 @@ fn nbdcopy_both_ways_with_several_connections() {
     }
     let dir = tempfile::tempdir().unwrap();
     let size = 32 << 20;
-    let src = real_image(dir.path(), "src.img", size);
+    let src = dir.path().join("src.img");
+    let a = real_image(&src, size);
     for tcp in [false, true] {
         let server = if tcp {
             Server::start_tcp(size as u64, ServerConfig::default())
@@ -364,7 +292,7 @@ fn nbdcopy_both_ways_with_several_connections() {
                 .arg(&dst),
             Duration::from_secs(180),
         );
-        let (a, b) = (std::fs::read(&src).unwrap(), std::fs::read(&dst).unwrap());
+        let b = std::fs::read(&dst).unwrap();
         assert_eq!(a.len(), b.len());
         assert!(a == b, "nbdcopy round trip differs");
         // The export itself, byte for byte, through our own reader.
@@ -523,49 +451,85 @@ print("libnbd ok")
     server.stop();
 }
 
+/// `nbdfuse` serving an NBD export as the file `<mnt>/nbd`; unmounted and stopped on drop,
+/// whatever happens.
+#[derive(Debug)]
+struct Nbdfuse {
+    child: Child,
+    mnt: PathBuf,
+}
+
+impl Nbdfuse {
+    /// Starts nbdfuse for `uri` on `mnt` (created) and waits for its file; if the file does
+    /// not appear, says why `test` is skipped and returns `None`.
+    fn mount(test: &str, mnt: &Path, uri: &str) -> Option<Self> {
+        std::fs::create_dir(mnt).expect("FUSE mount point");
+        let child = Command::new("nbdfuse")
+            .arg(mnt)
+            .arg(uri)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start nbdfuse");
+        let mut fuse = Self {
+            child,
+            mnt: mnt.to_owned(),
+        };
+        let start = Instant::now();
+        while !fuse.file().exists() {
+            let exited = matches!(fuse.child.try_wait(), Ok(Some(_)));
+            if exited || start.elapsed() > Duration::from_secs(20) {
+                let how = if exited {
+                    "it exited"
+                } else {
+                    "no file in 20 s"
+                };
+                eprintln!("SKIPPED {test}: nbdfuse did not mount ({how})");
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(fuse)
+    }
+
+    /// The export as a file.
+    fn file(&self) -> PathBuf {
+        self.mnt.join("nbd")
+    }
+}
+
+impl Drop for Nbdfuse {
+    fn drop(&mut self) {
+        let _ = Command::new("fusermount3")
+            .arg("-u")
+            .arg(&self.mnt)
+            .status();
+        let start = Instant::now();
+        while self.child.try_wait().ok().flatten().is_none()
+            && start.elapsed() < Duration::from_secs(20)
+        {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 #[test]
 fn nbdfuse_file_reads_and_writes() {
-    if !have("nbdfuse_file_reads_and_writes", "nbdfuse")
-        || !have("nbdfuse_file_reads_and_writes", "fusermount3")
-    {
-        return;
-    }
-    if std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-        .is_err()
-    {
-        eprintln!(
-            "SKIPPED nbdfuse_file_reads_and_writes: /dev/fuse cannot be opened here (needs FUSE and its permissions)"
-        );
-        return;
+    const NAME: &str = "nbdfuse_file_reads_and_writes";
+    for need in ["nbdfuse", "fusermount3", "fuse"] {
+        if !have(NAME, need) {
+            return;
+        }
     }
     let server = Server::start(8 << 20, ServerConfig::default());
     let dir = tempfile::tempdir().unwrap();
-    let mnt = dir.path().join("mnt");
-    std::fs::create_dir(&mnt).unwrap();
-    let mut child = Command::new("nbdfuse")
-        .arg(&mnt)
-        .arg(server.uri("zram0"))
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("start nbdfuse");
-    let file = mnt.join("nbd");
-    let start = Instant::now();
-    while !file.exists() {
-        if start.elapsed() > Duration::from_secs(20) || child.try_wait().ok().flatten().is_some() {
-            let _ = child.kill();
-            let _ = child.wait();
-            eprintln!(
-                "SKIPPED nbdfuse_file_reads_and_writes: nbdfuse did not mount (FUSE unavailable in this sandbox?)"
-            );
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let result = std::panic::catch_unwind(|| {
+    let Some(fuse) = Nbdfuse::mount(NAME, &dir.path().join("mnt"), &server.uri("zram0")) else {
+        return;
+    };
+    {
         use std::io::{Read, Seek, SeekFrom, Write};
+        let file = fuse.file();
         assert_eq!(std::fs::metadata(&file).unwrap().len(), 8 << 20);
         let data: Vec<u8> = (0..300_000u32).map(|i| (i * 31 % 253) as u8).collect();
         let mut f = std::fs::OpenOptions::new()
@@ -580,20 +544,8 @@ fn nbdfuse_file_reads_and_writes() {
         f.seek(SeekFrom::Start(12_345)).unwrap();
         f.read_exact(&mut back).unwrap();
         assert!(back == data);
-    });
-    let _ = run(
-        Command::new("fusermount3").arg("-u").arg(&mnt),
-        Duration::from_secs(20),
-    );
-    let start = Instant::now();
-    while child.try_wait().ok().flatten().is_none() && start.elapsed() < Duration::from_secs(20) {
-        std::thread::sleep(Duration::from_millis(50));
     }
-    let _ = child.kill();
-    let _ = child.wait();
-    if let Err(p) = result {
-        std::panic::resume_unwind(p);
-    }
+    drop(fuse);
     // What went through the FUSE file is on the device.
     let mut c = server.connect();
     c.greet();
@@ -606,121 +558,45 @@ fn nbdfuse_file_reads_and_writes() {
     server.stop();
 }
 
-/// Unmounts, detaches and stops everything of the ext4-over-nbdfuse test, whatever happens.
-struct NbdfuseStack {
-    nbdfuse: std::process::Child,
-    fuse_mnt: std::path::PathBuf,
-    loopdev: Option<String>,
-    ext4_mnt: Option<std::path::PathBuf>,
-}
-
-impl Drop for NbdfuseStack {
-    fn drop(&mut self) {
-        if let Some(m) = &self.ext4_mnt {
-            let _ = Command::new("umount").arg(m).status();
-        }
-        if let Some(l) = &self.loopdev {
-            let _ = Command::new("losetup").args(["-d", l]).status();
-        }
-        let _ = Command::new("fusermount3")
-            .arg("-u")
-            .arg(&self.fuse_mnt)
-            .status();
-        let start = Instant::now();
-        while self.nbdfuse.try_wait().ok().flatten().is_none()
-            && start.elapsed() < Duration::from_secs(20)
-        {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.nbdfuse.kill();
-        let _ = self.nbdfuse.wait();
-    }
-}
-
-/// Runs a command to completion, panicking with its stderr on failure.
-fn must(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 #[test]
 fn ext4_on_nbdfuse_loop_mkfs_mount_fsck() {
     const NAME: &str = "ext4_on_nbdfuse_loop_mkfs_mount_fsck";
-    for tool in ["nbdfuse", "fusermount3", "losetup", "mkfs.ext4", "e2fsck"] {
-        if !have(NAME, tool) {
+    const LIMIT: Duration = Duration::from_secs(300);
+    for need in [
+        "nbdfuse",
+        "fusermount3",
+        "losetup",
+        "mkfs.ext4",
+        "e2fsck",
+        "root",
+        "fuse",
+    ] {
+        if !have(NAME, need) {
             return;
         }
-    }
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    if !status
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
-    {
-        eprintln!("SKIPPED {NAME}: needs root for losetup and mount");
-        return;
     }
     let server = Server::start(128 << 20, ServerConfig::default());
     let dir = tempfile::tempdir().unwrap();
-    let fuse_mnt = dir.path().join("fuse");
-    std::fs::create_dir(&fuse_mnt).unwrap();
-    let nbdfuse = Command::new("nbdfuse")
-        .arg(&fuse_mnt)
-        .arg(server.uri("zram0"))
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("start nbdfuse");
-    let mut stack = NbdfuseStack {
-        nbdfuse,
-        fuse_mnt: fuse_mnt.clone(),
-        loopdev: None,
-        ext4_mnt: None,
+    let Some(fuse) = Nbdfuse::mount(NAME, &dir.path().join("fuse"), &server.uri("zram0")) else {
+        return;
     };
-    let file = fuse_mnt.join("nbd");
-    let start = Instant::now();
-    while !file.exists() {
-        if start.elapsed() > Duration::from_secs(20) {
-            eprintln!("SKIPPED {NAME}: nbdfuse did not mount");
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let loopdev = must(Command::new("losetup").args(["-f", "--show"]).arg(&file))
-        .trim()
-        .to_owned();
-    stack.loopdev = Some(loopdev.clone());
-    must(Command::new("mkfs.ext4").args(["-q", "-F", &loopdev]));
     let ext4 = dir.path().join("ext4");
-    std::fs::create_dir(&ext4).unwrap();
-    must(Command::new("mount").arg(&loopdev).arg(&ext4));
-    stack.ext4_mnt = Some(ext4.clone());
+    let fs = Ext4::create(&fuse.file(), &ext4, &[]);
     // Real files in, read back, a consistent filesystem after.
-    must(
+    run_ok(
         Command::new("cp")
             .args(["-a", "/usr/include/linux"])
             .arg(&ext4),
+        LIMIT,
     );
-    must(&mut Command::new("sync"));
-    must(
+    run_ok(&mut Command::new("sync"), LIMIT);
+    run_ok(
         Command::new("diff")
             .args(["-r", "/usr/include/linux"])
             .arg(ext4.join("linux")),
+        LIMIT,
     );
-    must(Command::new("umount").arg(&ext4));
-    stack.ext4_mnt = None;
-    let fsck = Command::new("e2fsck")
-        .args(["-f", "-n", &loopdev])
-        .output()
-        .unwrap();
-    assert!(
-        fsck.status.success(),
-        "e2fsck: {}",
-        String::from_utf8_lossy(&fsck.stdout)
-    );
-    drop(stack);
+    fs.unmount_and_check();
+    drop(fuse);
     server.stop();
 }

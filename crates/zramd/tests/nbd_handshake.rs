@@ -2,11 +2,18 @@
 //! input gets (an option error or a clean disconnect), each time followed by a check that
 //! a second client is still served.
 
-pub mod nbd_common;
+/// Shared test helpers (`tests/common/`): each test includes the files it uses.
+mod common {
+    #[expect(
+        dead_code,
+        reason = "the handshake tests run no real client (`uri`, `qemu_target`) and read no export statistics or `any_reply`"
+    )]
+    pub mod nbd;
+}
 
 use std::time::Duration;
 
-use nbd_common::*;
+use common::nbd::*;
 use zramd::nbd::ServerConfig;
 use zramd::nbd::proto::*;
 

@@ -2,12 +2,19 @@
 //! status, and every kind of bad request (each answered with the protocol's error or a
 //! clean disconnect, then a second client is checked to be served).
 
-pub mod nbd_common;
+/// Shared test helpers (`tests/common/`): each test includes the files it uses.
+mod common {
+    #[expect(
+        dead_code,
+        reason = "the transmission tests run no real client (`uri`, `qemu_target`)"
+    )]
+    pub mod nbd;
+}
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use nbd_common::*;
+use common::nbd::*;
 use zramd::export::{Export, Op};
 use zramd::nbd::ServerConfig;
 use zramd::nbd::proto::*;

@@ -4,131 +4,26 @@
 //!
 //! A test whose tool is missing says so on stderr and returns; it never passes silently.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+/// Shared test helpers (`tests/common/`): each test includes the files it uses.
+mod common {
+    pub mod have;
+    pub mod image;
+    pub mod run;
+    pub mod served;
+}
 
-pub mod nbd_common;
+use std::process::Command;
+use std::time::Duration;
 
-use nbd_common::have;
+use common::have::have;
+use common::image::real_image;
+use common::run::{run, run_ok};
+use common::served::Served;
 
 const ZRAMD: &str = env!("CARGO_BIN_EXE_zramd");
 
-/// A `zramd serve` process, stopped with SIGTERM when dropped.
-struct Served {
-    child: Child,
-    socket: PathBuf,
-    control: PathBuf,
-}
-
-impl Served {
-    fn start(dir: &Path, args: &[&str]) -> Self {
-        let socket = dir.join("nbd.sock");
-        let control = dir.join("control.sock");
-        let child = Command::new(ZRAMD)
-            .arg("serve")
-            .args(args)
-            .arg("--unix")
-            .arg(&socket)
-            .arg("--control")
-            .arg(&control)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start zramd serve");
-        let start = Instant::now();
-        while !(control.exists() && socket.exists()) {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "server did not start"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Self {
-            child,
-            socket,
-            control,
-        }
-    }
-
-    fn uri(&self, export: &str) -> String {
-        format!("nbd+unix:///{export}?socket={}", self.socket.display())
-    }
-
-    fn stat_json(&self) -> serde_json::Value {
-        let out = Command::new(ZRAMD)
-            .args(["stat", "--json", "--control"])
-            .arg(&self.control)
-            .output()
-            .expect("zramd stat");
-        assert!(out.status.success(), "{out:?}");
-        serde_json::from_slice(&out.stdout).expect("stat JSON")
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(10) {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Runs a client to completion (with a time limit) and requires success.
-fn run_ok(cmd: &mut Command) -> Output {
-    let desc = format!("{cmd:?}");
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{desc}: {e}"));
-    let start = Instant::now();
-    while child.try_wait().expect("wait").is_none() {
-        if start.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            panic!("{desc} ran over a minute");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().expect("output");
-    assert!(
-        out.status.success(),
-        "{desc} failed\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-/// Real bytes: text and binaries from the system, with zero runs, `len` bytes.
-fn image(len: usize) -> Vec<u8> {
-    let mut sources = vec![std::env::current_exe().expect("exe")];
-    if let Ok(rd) = std::fs::read_dir("/usr/share/common-licenses") {
-        let mut files: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
-        files.sort();
-        sources.extend(files);
-    }
-    let mut img = Vec::with_capacity(len);
-    let mut i = 0;
-    while img.len() < len {
-        let data = std::fs::read(&sources[i % sources.len()]).unwrap_or_default();
-        let take = data.len().min(len - img.len()).min(1 << 20);
-        img.extend_from_slice(&data[..take]);
-        img.resize((img.len() + (i * 13_001) % 70_000).min(len), 0);
-        i += 1;
-    }
-    img
-}
+/// How long one client run may take.
+const LIMIT: Duration = Duration::from_secs(60);
 
 #[test]
 fn nbdcopy_and_qemu_io_through_32k_units() {
@@ -148,18 +43,23 @@ fn nbdcopy_and_qemu_io_through_32k_units() {
     assert_eq!(stat[0]["algorithm"], "zstd", "{stat}");
     // The unit is offered as the preferred block size.
     if have("nbdcopy_and_qemu_io_through_32k_units", "nbdinfo") {
-        let out = run_ok(Command::new("nbdinfo").arg(served.uri("zram0")));
-        let text = String::from_utf8_lossy(&out.stdout);
+        let out = run_ok(Command::new("nbdinfo").arg(served.uri("zram0")), LIMIT);
+        let text = &out.stdout;
         assert!(text.contains("block_size_preferred: 32768"), "{text}");
     }
 
     // A whole image in and out.
-    let img = image(size);
     let src = dir.path().join("in.img");
-    std::fs::write(&src, &img).unwrap();
-    run_ok(Command::new("nbdcopy").arg(&src).arg(served.uri("zram0")));
+    let img = real_image(&src, size);
+    run_ok(
+        Command::new("nbdcopy").arg(&src).arg(served.uri("zram0")),
+        LIMIT,
+    );
     let back = dir.path().join("out.img");
-    run_ok(Command::new("nbdcopy").arg(served.uri("zram0")).arg(&back));
+    run_ok(
+        Command::new("nbdcopy").arg(served.uri("zram0")).arg(&back),
+        LIMIT,
+    );
     let got = std::fs::read(&back).unwrap();
     if got != img {
         let first = got.iter().zip(&img).position(|(a, b)| a != b);
@@ -195,8 +95,9 @@ fn nbdcopy_and_qemu_io_through_32k_units() {
             .args(["-c", "read -P 0x41 65538 34462"])
             .args(["-c", "read -P 0 131072 65536"])
             .arg(&target),
+        LIMIT,
     );
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = &out.stdout;
     assert!(!text.contains("fail"), "{text}");
     assert_eq!(text.matches("read ").count(), 6, "{text}");
     // The bytes around the edits are the image's.
@@ -205,8 +106,9 @@ fn nbdcopy_and_qemu_io_through_32k_units() {
     bytes[65535..65538].fill(0x42);
     bytes[40001..45001].fill(0);
     bytes[131072..196608].fill(0);
-    run_ok(Command::new("nbdcopy").arg(&target).arg(&back));
+    run_ok(Command::new("nbdcopy").arg(&target).arg(&back), LIMIT);
     assert!(std::fs::read(&back).unwrap() == bytes, "edits read back");
+    served.stop();
 }
 
 #[test]
@@ -225,6 +127,7 @@ fn config_file_unit_size_and_bad_values() {
         assert_eq!(stat[0]["name"], "big", "{stat}");
         assert_eq!(stat[0]["unit_size"], 65536, "{stat}");
         assert_eq!(stat[1]["unit_size"], 4096, "{stat}");
+        served.stop();
     }
     for (args, why) in [
         (["--size", "1M", "--unit-size", "48K"], "power of two"),
@@ -236,17 +139,17 @@ fn config_file_unit_size_and_bad_values() {
         ),
         (["--size", "1M", "--unit-size", "big"], "invalid size"),
     ] {
-        let out = Command::new(ZRAMD)
-            .arg("serve")
-            .args(args)
-            .arg("--unix")
-            .arg(dir.path().join("x.sock"))
-            .arg("--control")
-            .arg(dir.path().join("x-control.sock"))
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{args:?} started");
-        assert!(err.contains(why), "{args:?}: {err}");
+        let out = run(
+            Command::new(ZRAMD)
+                .arg("serve")
+                .args(args)
+                .arg("--unix")
+                .arg(dir.path().join("x.sock"))
+                .arg("--control")
+                .arg(dir.path().join("x-control.sock")),
+            LIMIT,
+        );
+        assert!(!out.ok, "{args:?} started");
+        assert!(out.stderr.contains(why), "{args:?}: {}", out.stderr);
     }
 }

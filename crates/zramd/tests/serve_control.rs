@@ -1,9 +1,19 @@
 //! `zramd serve`'s control socket and metrics, in-process and through the CLI.
 
+/// Shared test helpers (`tests/common/`): each test includes the files it uses.
+mod common {
+    #[expect(
+        dead_code,
+        reason = "this test runs only zramd's own CLI, through Served, and needs no run_ok"
+    )]
+    pub mod run;
+    pub mod served;
+}
+
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::os::unix::net::UnixStream;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+
+use common::served::Served;
 
 use zram::{Algorithm, ZramConfig};
 use zramd::control::{self, Request};
@@ -204,82 +214,35 @@ fn a_second_server_cannot_steal_a_live_control_socket() {
 #[test]
 fn cli_serve_stat_and_clean_stop_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
-    let control = dir.path().join("control.sock");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_zramd"))
-        .args(["serve", "--size", "8M", "--unix"])
-        .arg(dir.path().join("nbd.sock"))
-        .arg("--control")
-        .arg(&control)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while !control.exists() && start.elapsed() < Duration::from_secs(20) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let run = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_zramd"))
-            .args(args)
-            .arg("--control")
-            .arg(&control)
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
-    let (ok, out, err) = run(&["stat"]);
-    assert!(ok, "{err}");
-    assert!(out.starts_with("NAME"), "{out}");
+    let served = Served::start(dir.path(), &["--size", "8M"]);
+    let r = served.cli(&["stat"]);
+    assert!(r.ok, "{}", r.stderr);
+    assert!(r.stdout.starts_with("NAME"), "{}", r.stdout);
     assert!(
-        out.contains("zram0") && out.contains("lz4") && out.contains("8M"),
-        "{out}"
+        r.stdout.contains("zram0") && r.stdout.contains("lz4") && r.stdout.contains("8M"),
+        "{}",
+        r.stdout
     );
-    let (ok, out, _) = run(&["stat", "--raw"]);
-    assert!(ok);
-    let fields: Vec<&str> = out.split_whitespace().collect();
-    assert_eq!(fields.len(), 12, "{out}");
-    assert!(out.ends_with('\n'));
-    let (ok, out, _) = run(&["stat", "--json"]);
-    assert!(ok && out.contains("\"mm_stat\""), "{out}");
-    let (ok, _, err) = run(&["set", "zram0", "mem_limit", "2M"]);
-    assert!(ok, "{err}");
-    let (ok, _, err) = run(&["reset", "nope"]);
-    assert!(!ok && err.contains("nope"), "{err}");
-    let (ok, _, err) = run(&["clear", "nope"]);
-    assert!(!ok && err.contains("nope"), "{err}");
-    let (ok, out, _) = run(&["compact", "zram0"]);
-    assert!(ok && out.contains("pages freed"), "{out}");
+    let r = served.cli(&["stat", "--raw"]);
+    assert!(r.ok);
+    let fields: Vec<&str> = r.stdout.split_whitespace().collect();
+    assert_eq!(fields.len(), 12, "{}", r.stdout);
+    assert!(r.stdout.ends_with('\n'));
+    let stat = served.stat_json();
+    assert!(stat[0]["mm_stat"].is_string(), "{stat}");
+    let r = served.cli(&["set", "zram0", "mem_limit", "2M"]);
+    assert!(r.ok, "{}", r.stderr);
+    let r = served.cli(&["reset", "nope"]);
+    assert!(!r.ok && r.stderr.contains("nope"), "{}", r.stderr);
+    let r = served.cli(&["clear", "nope"]);
+    assert!(!r.ok && r.stderr.contains("nope"), "{}", r.stderr);
+    let r = served.cli(&["compact", "zram0"]);
+    assert!(r.ok && r.stdout.contains("pages freed"), "{}", r.stdout);
 
     // SIGTERM stops it cleanly: exit status 0 and sockets gone.
-    let pid = i32::try_from(child.id()).unwrap();
-    let status = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let start = Instant::now();
-    let exit = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "server did not stop on SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert!(exit.success(), "{exit:?}");
+    let control = served.control.clone();
+    let uri = served.uri("zram0");
+    let stdout = served.stop();
     assert!(!control.exists());
-    let mut stdout = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut stdout)
-        .unwrap();
-    assert!(stdout.contains("nbd+unix:///zram0"), "{stdout}");
+    assert!(stdout.contains(&uri), "{stdout}");
 }

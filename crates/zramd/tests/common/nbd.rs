@@ -1,6 +1,9 @@
-//! Shared by the `nbd_*` tests: an in-process server on a unix socket (or loopback TCP)
+//! Shared by the `nbd_*` tests: an in-process NBD server on a unix socket (or loopback TCP)
 //! with a shutdown flag, and a small raw NBD client that speaks the wire format byte by
 //! byte, so tests can send anything, including what a real client never would.
+//!
+//! Each test speaks only part of the protocol, so the tests that include this file say so
+//! with `#[expect(dead_code)]` on the module.
 
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -14,20 +17,6 @@ use std::time::Duration;
 use zramd::export::{Export, ExportSet};
 use zramd::nbd::proto::*;
 use zramd::nbd::{ServerConfig, serve_tcp, serve_unix};
-
-/// Is `tool` on PATH? If not, says why the test is skipped (tests then return: a missing
-/// tool never passes silently).
-pub fn have(test: &str, tool: &str) -> bool {
-    let found = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
-        .unwrap_or(false);
-    if !found {
-        eprintln!(
-            "SKIPPED {test}: `{tool}` is not installed (apt-get install -y libnbd-bin python3-libnbd qemu-utils fio nbdkit fuse3)"
-        );
-    }
-    found
-}
 
 /// An initialized zram device of `size` bytes.
 pub fn device(size: u64) -> Arc<zramd::device::Device> {
@@ -101,14 +90,6 @@ impl Server {
 
     pub fn export(&self, name: &str) -> Arc<Export> {
         Arc::clone(self.exports.get(name).expect("export"))
-    }
-
-    /// The unix socket path (panics for TCP servers).
-    pub fn socket(&self) -> &std::path::Path {
-        match &self.addr {
-            Addr::Unix(p) => p,
-            Addr::Tcp(_) => panic!("not a unix server"),
-        }
     }
 
     /// An NBD URI for libnbd-based tools and fio.
@@ -202,25 +183,22 @@ pub trait Stream: Read + Write + Send {
     fn shutdown_write(&self) -> io::Result<()>;
 }
 
-impl Stream for UnixStream {
-    fn set_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        self.set_read_timeout(t)?;
-        self.set_write_timeout(t)
-    }
-    fn shutdown_write(&self) -> io::Result<()> {
-        self.shutdown(std::net::Shutdown::Write)
-    }
+/// `UnixStream` and `TcpStream` have the same inherent methods but no trait for them.
+macro_rules! impl_stream {
+    ($($t:ty),*) => {$(
+        impl Stream for $t {
+            fn set_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+                self.set_read_timeout(t)?;
+                self.set_write_timeout(t)
+            }
+            fn shutdown_write(&self) -> io::Result<()> {
+                self.shutdown(std::net::Shutdown::Write)
+            }
+        }
+    )*};
 }
 
-impl Stream for TcpStream {
-    fn set_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        self.set_read_timeout(t)?;
-        self.set_write_timeout(t)
-    }
-    fn shutdown_write(&self) -> io::Result<()> {
-        self.shutdown(std::net::Shutdown::Write)
-    }
-}
+impl_stream!(UnixStream, TcpStream);
 
 /// A structured reply chunk header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
