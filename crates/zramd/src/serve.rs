@@ -152,6 +152,13 @@ pub struct ServeOptions {
     pub status_line: bool,
 }
 
+/// A bound NBD address.
+#[derive(Debug)]
+enum NbdListener {
+    Tcp(TcpListener),
+    Unix(UnixListener),
+}
+
 /// A running server: its threads stop when `shutdown` is set.
 #[derive(Debug)]
 pub struct Server {
@@ -196,15 +203,16 @@ impl Server {
             } else {
                 options.listen.clone()
             };
-        let mut tcp = Vec::new();
+        let mut nbd = Vec::new();
+        let mut tcp_addrs = Vec::new();
         for addr in &listen {
             let addr = resolve(addr)?;
             let l = TcpListener::bind(addr).with_context(|| format!("listen on {addr}"))?;
             let bound = l.local_addr()?;
             registry.served_at.push(Endpoint::Tcp(bound));
-            tcp.push((bound, l));
+            tcp_addrs.push(bound);
+            nbd.push((bound.to_string(), NbdListener::Tcp(l)));
         }
-        let mut unix = Vec::new();
         for path in &options.unix {
             if path.exists() && std::os::unix::net::UnixStream::connect(path).is_err() {
                 std::fs::remove_file(path)
@@ -213,7 +221,7 @@ impl Server {
             let l = UnixListener::bind(path)
                 .with_context(|| format!("listen on {}", path.display()))?;
             registry.served_at.push(Endpoint::Unix(path.clone()));
-            unix.push((path.clone(), l));
+            nbd.push((path.display().to_string(), NbdListener::Unix(l)));
         }
         let control_path = options
             .control
@@ -248,34 +256,21 @@ impl Server {
                 .with_context(|| format!("start {name} thread"))
         };
         let config = crate::nbd::ServerConfig::default();
-        let tcp_addrs = tcp.iter().map(|(a, _)| *a).collect();
-        for (addr, l) in tcp {
+        for (at, listener) in nbd {
             let (exports, stop, config) = (
                 Arc::clone(registry.exports()),
                 Arc::clone(&shutdown),
                 config.clone(),
             );
             threads.push(spawn(
-                "nbd-tcp",
+                "nbd",
                 Box::new(move || {
-                    if let Err(e) = crate::nbd::serve_tcp(l, exports, config, stop) {
-                        tracing::error!("NBD on {addr}: {e}");
-                    }
-                }),
-            )?);
-        }
-        let unix_paths: Vec<PathBuf> = unix.iter().map(|(p, _)| p.clone()).collect();
-        for (path, l) in unix {
-            let (exports, stop, config) = (
-                Arc::clone(registry.exports()),
-                Arc::clone(&shutdown),
-                config.clone(),
-            );
-            threads.push(spawn(
-                "nbd-unix",
-                Box::new(move || {
-                    if let Err(e) = crate::nbd::serve_unix(l, exports, config, stop) {
-                        tracing::error!("NBD on {}: {e}", path.display());
+                    let served = match listener {
+                        NbdListener::Tcp(l) => crate::nbd::serve_tcp(l, exports, config, stop),
+                        NbdListener::Unix(l) => crate::nbd::serve_unix(l, exports, config, stop),
+                    };
+                    if let Err(e) = served {
+                        tracing::error!("NBD on {at}: {e}");
                     }
                 }),
             )?);
@@ -309,7 +304,7 @@ impl Server {
             tcp_addrs,
             metrics_addr,
             threads,
-            unix_paths,
+            unix_paths: options.unix.clone(),
             fuse,
         })
     }

@@ -64,18 +64,6 @@ impl Header {
     }
 }
 
-impl std::str::FromStr for Header {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "handle" => Ok(Header::Handle),
-            "omitted" => Ok(Header::Omitted),
-            _ => Err(format!("unknown object header {s:?} (handle, omitted)")),
-        }
-    }
-}
-
 /// The geometry of one distinct size class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClassGeometry {
@@ -125,18 +113,6 @@ impl Geometry {
         match self {
             Geometry::Seed => pages_per_zspage(class_size, chain_size),
             Geometry::MinWaste => pages_per_zspage_min_waste(class_size, chain_size),
-        }
-    }
-}
-
-impl std::str::FromStr for Geometry {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "seed" => Ok(Geometry::Seed),
-            "min-waste" => Ok(Geometry::MinWaste),
-            _ => Err(format!("unknown geometry {s:?} (seed, min-waste)")),
         }
     }
 }

@@ -16,35 +16,27 @@ pub(crate) trait Conn: Read + Write + Send + Sync + Sized + 'static {
     fn close(&self, how: Shutdown);
 }
 
-impl Conn for TcpStream {
-    fn duplicate(&self) -> io::Result<Self> {
-        self.try_clone()
-    }
+/// Both socket kinds are connections the same way.
+macro_rules! impl_conn {
+    ($($stream:ty),*) => {$(
+        impl Conn for $stream {
+            fn duplicate(&self) -> io::Result<Self> {
+                self.try_clone()
+            }
 
-    fn set_timeouts(&self, timeout: Option<Duration>) -> io::Result<()> {
-        self.set_read_timeout(timeout)?;
-        self.set_write_timeout(timeout)
-    }
+            fn set_timeouts(&self, timeout: Option<Duration>) -> io::Result<()> {
+                self.set_read_timeout(timeout)?;
+                self.set_write_timeout(timeout)
+            }
 
-    fn close(&self, how: Shutdown) {
-        let _ = self.shutdown(how);
-    }
+            fn close(&self, how: Shutdown) {
+                let _ = self.shutdown(how);
+            }
+        }
+    )*};
 }
 
-impl Conn for UnixStream {
-    fn duplicate(&self) -> io::Result<Self> {
-        self.try_clone()
-    }
-
-    fn set_timeouts(&self, timeout: Option<Duration>) -> io::Result<()> {
-        self.set_read_timeout(timeout)?;
-        self.set_write_timeout(timeout)
-    }
-
-    fn close(&self, how: Shutdown) {
-        let _ = self.shutdown(how);
-    }
-}
+impl_conn!(TcpStream, UnixStream);
 
 /// Sets the socket's timeouts to the time left before `deadline` (an error once past it).
 fn arm<C: Conn>(conn: &C, deadline: Instant) -> io::Result<()> {
