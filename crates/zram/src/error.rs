@@ -113,6 +113,7 @@ impl Error {
             Error::OutOfRange { .. } => libc::EINVAL,
             Error::MemLimit { .. } | Error::Alloc(zsmalloc::Error::OutOfMemory(_)) => libc::ENOSPC,
             Error::TableTooLarge { .. } => libc::ENOMEM,
+            Error::Alloc(zsmalloc::Error::InvalidChainSize(_)) => libc::EINVAL,
             Error::UnknownAlgorithm(_)
             | Error::InvalidLevel { .. }
             | Error::CodecSetup { .. }
@@ -147,5 +148,8 @@ mod tests {
         assert_eq!(Error::TableTooLarge { disksize: 1 }.errno(), libc::ENOMEM);
         assert_eq!(Error::InvalidUnitSize(3).errno(), libc::EINVAL);
         assert_eq!(Error::Corrupt("x".into()).errno(), libc::EIO);
+        let bad_chain = Error::Alloc(zsmalloc::Error::InvalidChainSize(0));
+        assert_eq!(bad_chain.errno(), libc::EINVAL);
+        assert!(bad_chain.to_string().contains("chain size 0"), "{bad_chain}");
     }
 }
