@@ -1,23 +1,36 @@
 //! The control endpoint: a unix socket (never reachable from the network, mode 0600) that
 //! `zramd stat`, `zramd compact`, `zramd reset` and `zramd set` talk to. One request per
 //! connection: a line of JSON in, a line of JSON out.
+//!
+//! Bounded like every endpoint (`crate::accept`): at most [`MAX_CONNECTIONS`] at once (when
+//! full, the oldest one still sending its request makes way), [`REQUEST_DEADLINE`] for the
+//! whole request, [`MAX_REQUEST`] bytes of it. A request too long or too slow gets an error
+//! line, then the connection closes.
 
-use std::io::{BufRead as _, BufReader, Read as _, Write as _};
-use std::os::unix::fs::PermissionsExt as _;
+use std::io::{BufRead as _, BufReader, Write as _};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use serde::{Deserialize, Serialize};
 
+use crate::accept::{self, Event, Handler, Rules, Slot, Table};
 use crate::device::{Device, DeviceError};
+use crate::listen::Listener;
 use crate::registry::{DeviceStat, Registry};
+use crate::stream::{Conn, answer_and_close, deadline_in, is_timeout, read_until_by, write_all_by};
 
-/// Longest request accepted.
-const MAX_REQUEST: u64 = 64 * 1024;
+/// Longest request accepted, in bytes.
+pub const MAX_REQUEST: usize = 64 * 1024;
+/// Control connections served at once.
+pub const MAX_CONNECTIONS: usize = 16;
+/// Time a client has to send its whole request, from connecting.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
+/// Time an answer has to go out.
+const ANSWER_DEADLINE: Duration = Duration::from_secs(10);
 
 /// What a control client asks.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -189,58 +202,68 @@ fn life_cycle(
     }
 }
 
-/// Binds the control socket (replacing a stale one left by a crash) with mode 0600.
-pub fn bind(path: &Path) -> anyhow::Result<UnixListener> {
-    if path.exists() {
-        if UnixStream::connect(path).is_ok() {
-            bail!("{} is in use by a running server", path.display());
-        }
-        std::fs::remove_file(path).with_context(|| format!("remove stale {}", path.display()))?;
-    }
-    let listener = UnixListener::bind(path)
-        .with_context(|| format!("bind control socket {}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-    Ok(listener)
-}
-
 /// Serves control requests until `shutdown` is set.
 pub fn serve(
     listener: UnixListener,
     registry: Arc<Registry>,
     shutdown: Arc<AtomicBool>,
 ) -> std::io::Result<()> {
-    listener.set_nonblocking(true)?;
-    while !shutdown.load(Ordering::Relaxed) {
-        match listener.accept() {
-            Ok((stream, _)) => {
-                let registry = Arc::clone(&registry);
-                std::thread::spawn(move || {
-                    if let Err(e) = serve_one(stream, &registry) {
-                        tracing::debug!("control connection: {e}");
-                    }
-                });
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            Err(e) => tracing::warn!("control accept: {e}"),
-        }
-    }
-    Ok(())
+    let table = Table::new(Rules::endpoint("control", MAX_CONNECTIONS));
+    let control = Arc::new(Control { registry });
+    accept::serve(vec![Listener::Unix(listener)], &table, &control, &shutdown)
 }
 
-fn serve_one(stream: UnixStream, registry: &Registry) -> std::io::Result<()> {
-    stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let mut line = Vec::new();
-    BufReader::new((&stream).take(MAX_REQUEST)).read_until(b'\n', &mut line)?;
-    let response = match serde_json::from_slice::<Request>(&line) {
-        Ok(req) => handle(registry, &req),
-        Err(e) => Response::error(format!("bad request: {e}")),
-    };
-    let mut out = serde_json::to_vec(&response).map_err(std::io::Error::other)?;
+/// The control endpoint's connections.
+#[derive(Debug)]
+struct Control {
+    registry: Arc<Registry>,
+}
+
+/// An answer as sent: one JSON line.
+fn line_of(response: &Response) -> Vec<u8> {
+    let mut out = serde_json::to_vec(response).unwrap_or_else(|e| {
+        format!("{{\"ok\":false,\"error\":\"cannot write the answer: {e}\"}}").into_bytes()
+    });
     out.push(b'\n');
-    (&stream).write_all(&out)
+    out
+}
+
+impl Handler for Control {
+    fn handle<C: Conn>(&self, mut conn: C, slot: &Slot) {
+        let read = read_until_by(&mut conn, b"\n", MAX_REQUEST, deadline_in(REQUEST_DEADLINE));
+        let response = match read {
+            Ok(line) => {
+                slot.activity.answering();
+                match serde_json::from_slice::<Request>(&line) {
+                    Ok(req) => handle(&self.registry, &req),
+                    Err(e) => Response::error(format!("bad request: {e}")),
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => Response::error(format!(
+                "request longer than {} KiB (one line of JSON per connection)",
+                MAX_REQUEST / 1024
+            )),
+            Err(e) if is_timeout(&e) => {
+                slot.note(Event::TimedOut);
+                Response::error(format!(
+                    "request not received within {}s",
+                    REQUEST_DEADLINE.as_secs()
+                ))
+            }
+            Err(e) => {
+                tracing::debug!(peer = slot.peer, "control connection: {e}");
+                return;
+            }
+        };
+        answer_and_close(&mut conn, &line_of(&response), deadline_in(ANSWER_DEADLINE));
+    }
+
+    fn refuse<C: Conn>(&self, conn: &mut C) {
+        let busy = Response::error(format!(
+            "too many control connections (at most {MAX_CONNECTIONS} at once); try again"
+        ));
+        let _ = write_all_by(conn, &line_of(&busy), deadline_in(accept::POLL));
+    }
 }
 
 /// Sends one request to the server at `path` and returns its answer.

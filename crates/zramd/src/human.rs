@@ -1,4 +1,9 @@
-//! Sizes for people, as `zramctl` prints them (`1G`, `12.3M`, `512B`).
+//! Sizes for people, as `zramctl` prints them (`1G`, `12.3M`, `512B`), and timeouts as
+//! people write them (`30s`, `500ms`, `1h`).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
 
 /// `bytes` in the largest binary unit that keeps it at least 1, one decimal where needed.
 pub fn size(bytes: u64) -> String {
@@ -16,8 +21,122 @@ pub fn size(bytes: u64) -> String {
     }
 }
 
+/// A timeout: `500ms`, `30s`, `5m`, `1h`, or a number of seconds; `0` is none (wait for
+/// ever). Config files take the same text, or a number of seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "TimeoutText", into = "String")]
+pub struct Timeout(pub Duration);
+
+impl Timeout {
+    /// A timeout of `secs` seconds.
+    pub const fn secs(secs: u64) -> Self {
+        Self(Duration::from_secs(secs))
+    }
+
+    /// A timeout of `ms` milliseconds.
+    pub const fn millis(ms: u64) -> Self {
+        Self(Duration::from_millis(ms))
+    }
+
+    /// The time allowed; `None` when there is no limit.
+    pub fn limit(self) -> Option<Duration> {
+        (!self.0.is_zero()).then_some(self.0)
+    }
+}
+
+impl From<Duration> for Timeout {
+    fn from(d: Duration) -> Self {
+        Self(d)
+    }
+}
+
+/// The units of a timeout, largest first, in milliseconds.
+const TIME_UNITS: [(&str, u64); 4] = [("h", 3_600_000), ("m", 60_000), ("s", 1000), ("ms", 1)];
+
+impl std::str::FromStr for Timeout {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let t = s.trim();
+        let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+        let bad = || format!("invalid timeout {s:?} (e.g. 500ms, 30s, 5m, 1h; 0 for none)");
+        let n: u64 = t[..digits].parse().map_err(|_| bad())?;
+        let unit = match t[digits..].trim() {
+            "" => 1000,
+            u => {
+                TIME_UNITS
+                    .iter()
+                    .find(|(name, _)| *name == u)
+                    .ok_or_else(bad)?
+                    .1
+            }
+        };
+        n.checked_mul(unit).map(Self::millis).ok_or_else(bad)
+    }
+}
+
+impl std::fmt::Display for Timeout {
+    /// The shortest exact form: `500ms`, `30s`, `5m`, `1h`, `0`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ms = self.0.as_millis();
+        match TIME_UNITS
+            .iter()
+            .find(|(_, unit)| ms > 0 && ms.is_multiple_of(u128::from(*unit)))
+        {
+            Some((name, unit)) => write!(f, "{}{name}", ms / u128::from(*unit)),
+            None => write!(f, "{ms}"),
+        }
+    }
+}
+
+impl From<Timeout> for String {
+    fn from(t: Timeout) -> Self {
+        t.to_string()
+    }
+}
+
+/// A timeout as a config file gives it: text, or a number of seconds.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum TimeoutText {
+    Secs(u64),
+    Text(String),
+}
+
+impl TryFrom<TimeoutText> for Timeout {
+    type Error = String;
+
+    fn try_from(t: TimeoutText) -> Result<Self, String> {
+        match t {
+            TimeoutText::Secs(s) => Ok(Self::secs(s)),
+            TimeoutText::Text(s) => s.parse(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::Timeout;
+
+    #[test]
+    fn timeouts_read_and_print_as_written() {
+        for (text, ms) in [
+            ("500ms", 500),
+            ("30s", 30_000),
+            ("5m", 300_000),
+            ("1h", 3_600_000),
+        ] {
+            let t: Timeout = text.parse().unwrap();
+            assert_eq!(t, Timeout::millis(ms));
+            assert_eq!(t.to_string(), text);
+        }
+        assert_eq!("90".parse::<Timeout>().unwrap(), Timeout::secs(90));
+        assert_eq!("0".parse::<Timeout>().unwrap().limit(), None);
+        for bad in ["", "s", "1d", "-1s", "1.5s", "99999999999999999h"] {
+            assert!(bad.parse::<Timeout>().is_err(), "{bad:?}");
+        }
+    }
+
     #[test]
     fn sizes_read_like_zramctl() {
         assert_eq!(super::size(0), "0B");

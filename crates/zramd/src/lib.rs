@@ -2,14 +2,17 @@
 //! endpoint, the metrics and the `serve` orchestration. The `zramd` binary (`main.rs`) is
 //! the command line on top.
 
+pub(crate) mod accept;
 pub mod control;
 pub mod device;
 pub mod export;
 pub mod fuse;
 pub mod human;
+pub mod listen;
 pub mod logging;
 pub mod metrics;
 pub mod nbd;
 pub mod registry;
 pub mod serve;
+pub(crate) mod stream;
 pub mod sysfs;

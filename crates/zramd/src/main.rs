@@ -10,9 +10,10 @@ mod forward;
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use clap::{Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 use zramd::control::{self, Request};
-use zramd::serve::{ConfigFile, DeviceSpec, ServeOptions};
+use zramd::serve::{ConfigFile, DeviceSpec, ServeOptions, ServerSettings};
 
 #[derive(Debug, Parser)]
 #[command(name = "zramd", version, about = "Compressed memory in userspace")]
@@ -24,7 +25,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Serve compressed RAM disks over NBD (default: zram0, 1 GiB, lz4, on 127.0.0.1:10809).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Show the devices of a running server (like zramctl).
     Stat(StatArgs),
     /// Compact a device's memory (all devices without DEV).
@@ -98,13 +99,18 @@ struct ServeArgs {
     /// Prometheus metrics on HOST:PORT.
     #[arg(long)]
     metrics: Option<String>,
+    /// The NBD server's limits and the NBD unix sockets' permissions (a config file's
+    /// top-level keys of the same names; given here, they win over the file's).
+    #[command(flatten)]
+    settings: ServerSettings,
     /// Mount a FUSE export here: DIR/<device>/disk plus the kernel's attribute files
     /// (alone, or with --listen/--unix for NBD too).
     #[arg(long)]
     fuse: Option<PathBuf>,
     /// TOML file with several devices (`[[device]]` tables with the device options above as
     /// keys: name, size, algorithm, level, mem_limit, unit_size, chain_size, geometry,
-    /// object_header, shards, read_only) and the addresses.
+    /// object_header, shards, read_only), the addresses, and the server options above as
+    /// top-level keys (max_connections, idle_timeout, socket_mode, …).
     #[arg(long, conflicts_with_all = DEVICE_ARGS)]
     config: Option<PathBuf>,
 }
@@ -138,12 +144,29 @@ struct StatArgs {
     control: ControlArg,
 }
 
-fn serve_options(a: &ServeArgs) -> anyhow::Result<ServeOptions> {
+/// The server settings of a config file, with those given on the command line put over
+/// them (`given` says which were; keys and option ids are the same names).
+fn merged(
+    cli: &ServerSettings,
+    file: &ServerSettings,
+    given: impl Fn(&str) -> bool,
+) -> anyhow::Result<ServerSettings> {
+    let mut table = toml::Table::try_from(file)?;
+    for (key, value) in toml::Table::try_from(cli)? {
+        if given(&key) {
+            table.insert(key, value);
+        }
+    }
+    Ok(table.try_into()?)
+}
+
+fn serve_options(a: &ServeArgs, matches: &ArgMatches) -> anyhow::Result<ServeOptions> {
     let mut options = ServeOptions {
         listen: a.listen.clone(),
         unix: a.unix.clone(),
         control: a.control.clone(),
         metrics: a.metrics.clone(),
+        settings: a.settings.clone(),
         fuse: a.fuse.clone(),
         status_line: true,
         ..ServeOptions::default()
@@ -157,6 +180,9 @@ fn serve_options(a: &ServeArgs) -> anyhow::Result<ServeOptions> {
             }
             options.control = options.control.or(file.control);
             options.metrics = options.metrics.or(file.metrics);
+            options.settings = merged(&a.settings, &file.settings, |id| {
+                matches.value_source(id) == Some(ValueSource::CommandLine)
+            })?;
             options.devices = file.device;
         }
         None => options.devices = vec![a.device.clone()],
@@ -202,9 +228,15 @@ fn stat(a: &StatArgs) -> anyhow::Result<()> {
 
 fn main() -> anyhow::Result<()> {
     zramd::logging::init();
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     match cli.command {
-        Command::Serve(a) => zramd::serve::run(&serve_options(&a)?),
+        Command::Serve(a) => {
+            let serve = matches
+                .subcommand_matches("serve")
+                .context("serve's options")?;
+            zramd::serve::run(&serve_options(&a, serve)?)
+        }
         Command::Stat(a) => stat(&a),
         Command::Compact { device, control } => {
             let r = control::call(&control.path(), &Request::Compact { device })?;

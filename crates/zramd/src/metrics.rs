@@ -4,16 +4,32 @@
 //!
 //! The exposition is written directly from the devices' own atomic counters (a scrape reads
 //! them; nothing is copied into a registry between scrapes).
+//!
+//! Scrapes are served concurrently, bounded like every endpoint (`crate::accept`): at most
+//! [`MAX_CONNECTIONS`] at once, and when full the oldest connection still sending its
+//! request makes way, so silent connections cannot keep a scrape out; [`REQUEST_DEADLINE`]
+//! for the whole request head, at most [`MAX_HEAD`] bytes of it.
 
 use std::fmt::Write as _;
-use std::io::{Read as _, Write as _};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Duration;
 
+use crate::accept::{self, Event, Handler, Rules, Slot, Table};
 use crate::export::{LATENCY_BUCKETS_US, Op};
+use crate::listen::Listener;
 use crate::registry::Registry;
+use crate::stream::{Conn, answer_and_close, deadline_in, is_timeout, read_until_by, write_all_by};
+
+/// Metrics connections served at once.
+pub const MAX_CONNECTIONS: usize = 8;
+/// Time a client has to send its whole request head, from connecting.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
+/// Longest request head accepted, in bytes.
+pub const MAX_HEAD: usize = 8 * 1024;
+/// Time an answer has to go out.
+const ANSWER_DEADLINE: Duration = Duration::from_secs(10);
 
 const MM_STAT_NAMES: [(&str, &str); 12] = [
     (
@@ -143,37 +159,70 @@ pub fn serve(
     registry: Arc<Registry>,
     shutdown: Arc<AtomicBool>,
 ) -> std::io::Result<()> {
-    listener.set_nonblocking(true)?;
-    while !shutdown.load(Relaxed) {
-        match listener.accept() {
-            Ok((stream, _)) => {
-                if let Err(e) = answer(stream, &registry) {
-                    tracing::debug!("metrics connection: {e}");
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(50))
-            }
-            Err(e) => tracing::warn!("metrics accept: {e}"),
-        }
-    }
-    Ok(())
+    let table = Table::new(Rules::endpoint("metrics", MAX_CONNECTIONS));
+    let metrics = Arc::new(Metrics { registry });
+    accept::serve(vec![Listener::Tcp(listener)], &table, &metrics, &shutdown)
 }
 
-fn answer(mut stream: TcpStream, registry: &Registry) -> std::io::Result<()> {
-    stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-    let mut head = [0u8; 2048];
-    let n = stream.read(&mut head)?;
-    let request = String::from_utf8_lossy(&head[..n]);
-    let (status, body) = if request.starts_with("GET /metrics ") || request.starts_with("GET / ") {
-        ("200 OK", render(registry))
-    } else {
-        ("404 Not Found", "try GET /metrics\n".to_owned())
-    };
-    write!(
-        stream,
+/// The metrics endpoint's connections.
+#[derive(Debug)]
+struct Metrics {
+    registry: Arc<Registry>,
+}
+
+/// An HTTP answer that closes the connection.
+fn http(status: &str, body: &str) -> Vec<u8> {
+    format!(
         "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
+    .into_bytes()
+}
+
+impl Handler for Metrics {
+    fn handle<C: Conn>(&self, mut conn: C, slot: &Slot) {
+        let head = read_until_by(
+            &mut conn,
+            b"\r\n\r\n",
+            MAX_HEAD,
+            deadline_in(REQUEST_DEADLINE),
+        );
+        let answer = match head {
+            Ok(head) => {
+                slot.activity.answering();
+                if head.starts_with(b"GET /metrics ") || head.starts_with(b"GET / ") {
+                    http("200 OK", &render(&self.registry))
+                } else {
+                    http("404 Not Found", "try GET /metrics\n")
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => http(
+                "431 Request Header Fields Too Large",
+                &format!("request head longer than {MAX_HEAD} bytes\n"),
+            ),
+            Err(e) if is_timeout(&e) => {
+                slot.note(Event::TimedOut);
+                http(
+                    "408 Request Timeout",
+                    &format!(
+                        "request not received within {}s\n",
+                        REQUEST_DEADLINE.as_secs()
+                    ),
+                )
+            }
+            Err(e) => {
+                tracing::debug!(peer = slot.peer, "metrics connection: {e}");
+                return;
+            }
+        };
+        answer_and_close(&mut conn, &answer, deadline_in(ANSWER_DEADLINE));
+    }
+
+    fn refuse<C: Conn>(&self, conn: &mut C) {
+        let busy = http(
+            "503 Service Unavailable",
+            "too many metrics connections; try again\n",
+        );
+        let _ = write_all_by(conn, &busy, deadline_in(accept::POLL));
+    }
 }

@@ -4,7 +4,7 @@
 use std::io::IsTerminal as _;
 use std::net::{SocketAddr, TcpListener};
 use std::os::unix::net::UnixListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -16,6 +16,8 @@ use zram::{Size, ZramConfig};
 
 use crate::device::Device;
 use crate::export::Export;
+use crate::listen::{Listener, SocketAccess, bind_unix};
+use crate::nbd::{ServerConfig, Service};
 use crate::registry::{Endpoint, Registry};
 
 /// The default NBD address.
@@ -76,9 +78,23 @@ impl DeviceSpec {
     }
 }
 
+/// The server-level settings: the NBD server's limits and who may use its unix sockets.
+/// The same fields, names and defaults serve `zramd serve`'s options and a config file's
+/// top-level keys (`--max-connections 64` = `max_connections = 64`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, clap::Args)]
+pub struct ServerSettings {
+    /// The NBD server's limits.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub nbd: ServerConfig,
+    /// Mode and group of the NBD unix sockets.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub sockets: SocketAccess,
+}
+
 /// The config file (`--config FILE`).
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct ConfigFile {
     /// NBD TCP addresses.
     #[serde(default)]
@@ -87,12 +103,25 @@ pub struct ConfigFile {
     #[serde(default)]
     pub unix: Vec<PathBuf>,
     /// Control socket path.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub control: Option<PathBuf>,
     /// Metrics address.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub metrics: Option<String>,
+    /// The server's limits and socket permissions.
+    #[serde(flatten)]
+    pub settings: ServerSettings,
     /// Devices.
     #[serde(default)]
     pub device: Vec<DeviceSpec>,
+}
+
+/// The first key of `given` that does not come back when `parsed` (what serde made of
+/// `given`) is written out: a key serde ignored, which would otherwise pass unnoticed
+/// (flattened structs cannot refuse unknown keys themselves).
+fn unknown_key(given: &toml::Table, parsed: &impl Serialize) -> anyhow::Result<Option<String>> {
+    let known = toml::Table::try_from(parsed)?;
+    Ok(given.keys().find(|k| !known.contains_key(*k)).cloned())
 }
 
 impl ConfigFile {
@@ -107,19 +136,16 @@ impl ConfigFile {
     pub fn parse(text: &str) -> anyhow::Result<Self> {
         let raw: toml::Table = toml::from_str(text)?;
         let config: ConfigFile = raw.clone().try_into()?;
+        if let Some(key) = unknown_key(&raw, &config)? {
+            bail!("unknown setting {key:?}");
+        }
         if config.device.is_empty() {
             bail!("no [[device]] tables");
         }
-        // A device's settings are flattened from two structs, which serde cannot check for
-        // unknown keys: every key given must come back when the parsed device is written out.
         let given = raw.get("device").and_then(toml::Value::as_array);
         for (table, spec) in given.into_iter().flatten().zip(&config.device) {
-            let known = toml::Table::try_from(spec)?;
-            if let Some(key) = table
-                .as_table()
-                .into_iter()
-                .flat_map(toml::Table::keys)
-                .find(|k| !known.contains_key(*k))
+            if let Some(table) = table.as_table()
+                && let Some(key) = unknown_key(table, spec)?
             {
                 bail!("device {:?}: unknown setting {key:?}", spec.name);
             }
@@ -146,17 +172,12 @@ pub struct ServeOptions {
     pub control: Option<PathBuf>,
     /// Metrics address.
     pub metrics: Option<String>,
+    /// The NBD server's limits and the unix sockets' permissions.
+    pub settings: ServerSettings,
     /// Mount the FUSE export here.
     pub fuse: Option<PathBuf>,
     /// Show the live summary line (only when stdout is a terminal).
     pub status_line: bool,
-}
-
-/// A bound NBD address.
-#[derive(Debug)]
-enum NbdListener {
-    Tcp(TcpListener),
-    Unix(UnixListener),
 }
 
 /// A running server: its threads stop when `shutdown` is set.
@@ -172,6 +193,8 @@ pub struct Server {
     pub tcp_addrs: Vec<SocketAddr>,
     /// Bound metrics address.
     pub metrics_addr: Option<SocketAddr>,
+    /// The NBD server (its connections and bytes in flight: [`Service::stats`]).
+    pub nbd: Arc<Service>,
     threads: Vec<std::thread::JoinHandle<()>>,
     unix_paths: Vec<PathBuf>,
     fuse: Option<fuser::BackgroundSession>,
@@ -185,8 +208,35 @@ fn resolve(addr: &str) -> anyhow::Result<SocketAddr> {
         .with_context(|| format!("address {addr:?} resolves to nothing"))
 }
 
+/// Socket files a start made, removed again unless the start succeeds.
+#[derive(Debug, Default)]
+struct Made(Vec<PathBuf>);
+
+impl Made {
+    /// Binds a unix socket and remembers its file.
+    fn unix(&mut self, path: &Path, access: &SocketAccess) -> anyhow::Result<UnixListener> {
+        let l = bind_unix(path, access)?;
+        self.0.push(path.to_owned());
+        Ok(l)
+    }
+
+    /// The start succeeded: the files stay.
+    fn keep(mut self) {
+        self.0.clear();
+    }
+}
+
+impl Drop for Made {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
 impl Server {
-    /// Makes the devices, binds everything and starts serving.
+    /// Makes the devices, binds everything and starts serving. A start that fails leaves
+    /// no socket file behind.
     pub fn start(options: &ServeOptions) -> anyhow::Result<Self> {
         let mut exports = Vec::new();
         for spec in &options.devices {
@@ -203,6 +253,7 @@ impl Server {
             } else {
                 options.listen.clone()
             };
+        let mut made = Made::default();
         let mut nbd = Vec::new();
         let mut tcp_addrs = Vec::new();
         for addr in &listen {
@@ -211,23 +262,17 @@ impl Server {
             let bound = l.local_addr()?;
             registry.served_at.push(Endpoint::Tcp(bound));
             tcp_addrs.push(bound);
-            nbd.push((bound.to_string(), NbdListener::Tcp(l)));
+            nbd.push(Listener::Tcp(l));
         }
         for path in &options.unix {
-            if path.exists() && std::os::unix::net::UnixStream::connect(path).is_err() {
-                std::fs::remove_file(path)
-                    .with_context(|| format!("remove stale socket {}", path.display()))?;
-            }
-            let l = UnixListener::bind(path)
-                .with_context(|| format!("listen on {}", path.display()))?;
+            nbd.push(Listener::Unix(made.unix(path, &options.settings.sockets)?));
             registry.served_at.push(Endpoint::Unix(path.clone()));
-            nbd.push((path.display().to_string(), NbdListener::Unix(l)));
         }
         let control_path = options
             .control
             .clone()
             .unwrap_or_else(crate::control::default_path);
-        let control = crate::control::bind(&control_path)?;
+        let control = made.unix(&control_path, &SocketAccess::PRIVATE)?;
         let metrics = match &options.metrics {
             Some(addr) => {
                 let addr = resolve(addr)?;
@@ -248,61 +293,65 @@ impl Server {
         };
         let registry = Arc::new(registry);
         let shutdown = Arc::new(AtomicBool::new(false));
+        let service = Service::new(Arc::clone(registry.exports()), options.settings.nbd.clone());
         let mut threads = Vec::new();
-        let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
-            std::thread::Builder::new()
+        let mut spawn = |name: &str, f: Box<dyn FnOnce() + Send>| -> anyhow::Result<()> {
+            let t = std::thread::Builder::new()
                 .name(name.to_owned())
                 .spawn(f)
-                .with_context(|| format!("start {name} thread"))
+                .with_context(|| format!("start the {name} thread"))?;
+            threads.push(t);
+            Ok(())
         };
-        let config = crate::nbd::ServerConfig::default();
-        for (at, listener) in nbd {
-            let (exports, stop, config) = (
-                Arc::clone(registry.exports()),
-                Arc::clone(&shutdown),
-                config.clone(),
-            );
-            threads.push(spawn(
+        let mut started = Ok(());
+        if !nbd.is_empty() {
+            let (service, stop) = (Arc::clone(&service), Arc::clone(&shutdown));
+            started = spawn(
                 "nbd",
                 Box::new(move || {
-                    let served = match listener {
-                        NbdListener::Tcp(l) => crate::nbd::serve_tcp(l, exports, config, stop),
-                        NbdListener::Unix(l) => crate::nbd::serve_unix(l, exports, config, stop),
-                    };
-                    if let Err(e) = served {
-                        tracing::error!("NBD on {at}: {e}");
+                    if let Err(e) = service.serve(nbd, &stop) {
+                        tracing::error!("NBD: {e}");
                     }
                 }),
-            )?);
+            );
         }
-        {
+        if started.is_ok() {
             let (reg, stop) = (Arc::clone(&registry), Arc::clone(&shutdown));
-            threads.push(spawn(
+            started = spawn(
                 "control",
                 Box::new(move || {
                     if let Err(e) = crate::control::serve(control, reg, stop) {
                         tracing::error!("control socket: {e}");
                     }
                 }),
-            )?);
+            );
         }
-        if let Some(l) = metrics {
+        if let (Ok(()), Some(l)) = (&started, metrics) {
             let (reg, stop) = (Arc::clone(&registry), Arc::clone(&shutdown));
-            threads.push(spawn(
+            started = spawn(
                 "metrics",
                 Box::new(move || {
                     if let Err(e) = crate::metrics::serve(l, reg, stop) {
                         tracing::error!("metrics: {e}");
                     }
                 }),
-            )?);
+            );
         }
+        if let Err(e) = started {
+            shutdown.store(true, Ordering::Relaxed);
+            for t in threads {
+                let _ = t.join();
+            }
+            return Err(e);
+        }
+        made.keep();
         Ok(Self {
             registry,
             shutdown,
             control_path,
             tcp_addrs,
             metrics_addr,
+            nbd: service,
             threads,
             unix_paths: options.unix.clone(),
             fuse,
@@ -410,6 +459,7 @@ pub fn run(options: &ServeOptions) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::human::Timeout;
     use zram::Header;
 
     fn header_of(spec: &DeviceSpec) -> anyhow::Result<Header> {
@@ -431,6 +481,41 @@ mod tests {
             .unwrap_err();
         let err = format!("{err:#}");
         assert!(err.contains("inline") && err.contains("omitted"), "{err}");
+    }
+
+    #[test]
+    fn server_settings_are_top_level_keys() {
+        let c = ConfigFile::parse(
+            "max_connections = 8\nmax_handshakes = 2\nhandshake_timeout = \"5s\"\n\
+             idle_timeout = 0\nio_timeout = 90\nmax_in_flight = \"64M\"\n\
+             socket_mode = \"0660\"\nsocket_group = \"disk\"\n[[device]]\nname = \"a\"\n",
+        )
+        .unwrap();
+        let nbd = &c.settings.nbd;
+        assert_eq!((nbd.max_connections, nbd.max_handshakes), (8, 2));
+        assert_eq!(nbd.handshake_timeout, Timeout::secs(5));
+        assert_eq!(nbd.idle_timeout.limit(), None);
+        assert_eq!(nbd.io_timeout, Timeout::secs(90));
+        assert_eq!(nbd.max_in_flight, Size(64 << 20));
+        assert_eq!(
+            nbd.max_request_bytes,
+            ServerConfig::DEFAULT.max_request_bytes
+        );
+        assert_eq!(c.settings.sockets.socket_mode, crate::listen::Mode(0o660));
+        assert_eq!(c.settings.sockets.socket_group.as_deref(), Some("disk"));
+        // What a file leaves out is the default, as on the command line.
+        let d = ConfigFile::parse("[[device]]\nname = \"a\"\n").unwrap();
+        assert_eq!(d.settings, ServerSettings::default());
+        for (bad, why) in [
+            ("colour = 1\n", "unknown setting \"colour\""),
+            ("max_request_bytes = 1\n", "unknown setting"),
+            ("socket_mode = \"0999\"\n", "invalid socket mode"),
+            ("idle_timeout = \"soon\"\n", "invalid timeout"),
+        ] {
+            let text = format!("{bad}[[device]]\nname = \"a\"\n");
+            let err = format!("{:#}", ConfigFile::parse(&text).unwrap_err());
+            assert!(err.contains(why), "{bad:?}: {err}");
+        }
     }
 
     #[test]

@@ -14,6 +14,7 @@ mod common {
 use std::time::Duration;
 
 use common::nbd::*;
+use zramd::human::Timeout;
 use zramd::nbd::ServerConfig;
 use zramd::nbd::proto::*;
 
@@ -296,7 +297,7 @@ fn bad_magic_and_flags_disconnect() {
 #[test]
 fn silent_clients_time_out() {
     let config = ServerConfig {
-        handshake_timeout: Duration::from_millis(300),
+        handshake_timeout: Timeout::millis(300),
         ..test_config()
     };
     let server = Server::start(SIZE, config);
@@ -449,36 +450,122 @@ fn meta_contexts() {
     server.assert_serving();
 }
 
+/// A connection that read its greeting and says nothing more.
+fn silent(server: &Server) -> Client {
+    let mut c = server.connect();
+    let _ = c.recv(18);
+    c
+}
+
+/// A session in transmission with nothing in flight.
+fn idle_session(server: &Server) -> Client {
+    let mut c = server.connect();
+    c.greet();
+    c.go("zram0", false);
+    c
+}
+
+/// The client is served: a read of the first page succeeds.
+fn still_served(c: &mut Client, handle: u64) {
+    c.request(CMD_READ, 0, handle, 0, 4096);
+    assert_eq!(c.simple_reply(handle), 0);
+    assert_eq!(c.recv(4096), vec![0u8; 4096]);
+}
+
 #[test]
-fn connection_limit() {
+fn silent_handshakes_make_way_for_newcomers() {
+    // A long handshake timeout: only the negotiating cap keeps room.
     let config = ServerConfig {
-        max_connections: 2,
+        max_connections: 4,
+        max_handshakes: 2,
+        handshake_timeout: Timeout::secs(60),
         ..test_config()
     };
     let server = Server::start(SIZE, config);
-    let mut a = server.connect();
-    a.greet();
-    let mut b = server.connect();
-    b.greet();
-    // The third is accepted and closed at once, without a greeting.
-    let mut third = server.connect();
-    third.expect_eof();
-    drop(a);
-    // A slot frees up once the first connection's thread notices; retry for a while.
-    let start = std::time::Instant::now();
-    loop {
-        let mut c = server.connect();
-        let mut first = [0u8; 1];
-        match std::io::Read::read(&mut c.s, &mut first) {
-            Ok(1) => break,
-            _ if start.elapsed() < Duration::from_secs(15) => {
-                std::thread::sleep(Duration::from_millis(20))
-            }
-            r => panic!("no slot freed: {r:?}"),
-        }
+    let mut quiet: Vec<Client> = (0..8).map(|_| silent(&server)).collect();
+    // Each new one beyond two took the place of the oldest still negotiating.
+    server.assert_serving();
+    for c in &mut quiet[..7] {
+        c.expect_eof();
     }
-    drop(b);
-    drop(server);
+    let s = server.stats();
+    assert_eq!(s.evicted, 7, "{s:?}");
+    assert_eq!(s.refused, 0, "{s:?}");
+}
+
+#[test]
+fn idle_sessions_make_way_for_newcomers() {
+    let config = ServerConfig {
+        max_connections: 3,
+        idle_timeout: Timeout::secs(0),
+        ..test_config()
+    };
+    let server = Server::start(SIZE, config);
+    let mut first = idle_session(&server);
+    let mut second = idle_session(&server);
+    let mut third = idle_session(&server);
+    still_served(&mut second, 1);
+    still_served(&mut third, 1);
+    // Full: the newcomer takes the place of the session idle the longest (the first).
+    server.assert_serving();
+    first.expect_eof();
+    still_served(&mut third, 2);
+    assert_eq!(server.stats().evicted, 1);
+}
+
+#[test]
+fn busy_sessions_keep_their_place() {
+    let config = ServerConfig {
+        max_connections: 2,
+        io_timeout: Timeout::secs(60),
+        ..test_config()
+    };
+    let server = Server::start(SIZE, config);
+    const MIB: u32 = 1 << 20;
+    // Two sessions each with two 1 MiB reads whose replies they do not read yet: busy.
+    let mut busy: Vec<Client> = (0..2)
+        .map(|_| {
+            let mut c = idle_session(&server);
+            c.request(CMD_READ, 0, 1, 0, MIB);
+            c.request(CMD_READ, 0, 2, 0, MIB);
+            c
+        })
+        .collect();
+    server.wait_for("both replies under way", |s| {
+        s.in_flight_bytes == 2 * u64::from(MIB)
+    });
+    // Every session busy: the newcomer is refused, without a greeting.
+    let mut refused = server.connect();
+    refused.expect_eof();
+    assert_eq!(server.stats().refused, 1);
+    // The first takes its replies and is idle: the next newcomer takes its place.
+    for h in 1..=2 {
+        assert_eq!(busy[0].simple_reply(h), 0);
+        let _ = busy[0].recv(MIB as usize);
+    }
+    server.wait_for("the first session idle", |s| {
+        s.in_flight_bytes == u64::from(MIB)
+    });
+    let mut newcomer = idle_session(&server);
+    busy[0].expect_eof();
+    for h in 1..=2 {
+        assert_eq!(busy[1].simple_reply(h), 0);
+        let _ = busy[1].recv(MIB as usize);
+    }
+    still_served(&mut newcomer, 3);
+}
+
+#[test]
+fn idle_sessions_time_out() {
+    let config = ServerConfig {
+        idle_timeout: Timeout::millis(300),
+        ..test_config()
+    };
+    let server = Server::start(SIZE, config);
+    let mut idle = idle_session(&server);
+    idle.expect_eof();
+    server.wait_for("the idle session gone", |s| s.serving == 0);
+    server.assert_serving();
 }
 
 #[test]
@@ -500,9 +587,10 @@ fn extreme_settings_are_tamed() {
     // An endless handshake timeout and a maximum request below a page: the server clamps
     // what it must and keeps serving.
     let config = ServerConfig {
-        handshake_timeout: Duration::MAX,
+        handshake_timeout: Timeout(Duration::MAX),
         max_request_bytes: 1,
         max_connections: 4,
+        ..ServerConfig::default()
     };
     let server = Server::start(SIZE, config);
     let mut c = server.connect();

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use common::nbd::*;
 use zramd::export::{Export, Op};
+use zramd::human::Timeout;
 use zramd::nbd::ServerConfig;
 use zramd::nbd::proto::*;
 
@@ -514,4 +515,91 @@ fn memory_limit_gives_enospc() {
     c.greet();
     c.go("zram0", true);
     assert_eq!(read_structured(&mut c, 1, 2 << 20, 8192), vec![0u8; 8192]);
+}
+
+const MIB: u32 = 1 << 20;
+
+/// A session in transmission (simple replies).
+fn session(server: &Server) -> Client {
+    let mut c = server.connect();
+    c.greet();
+    c.go("zram0", false);
+    c
+}
+
+/// Settings for the stalled-transfer tests: a short I/O timeout, no idle timeout.
+fn stall_config() -> ServerConfig {
+    ServerConfig {
+        io_timeout: Timeout::millis(500),
+        idle_timeout: Timeout::secs(0),
+        ..test_config()
+    }
+}
+
+#[test]
+fn unread_replies_time_out_and_free_their_memory() {
+    let server = Server::start(SIZE, stall_config());
+    // Large reads whose replies are never read: the reply being written stalls.
+    let mut greedy = session(&server);
+    for h in 0..8 {
+        greedy.request(CMD_READ, 0, h, 0, MIB);
+    }
+    let s = server.wait_for("the stalled reply cut off and its memory freed", |s| {
+        s.stalled == 1 && s.in_flight_bytes == 0 && s.serving == 0
+    });
+    assert_eq!(s.waiting_requests, 0);
+    greedy.expect_eof();
+    server.assert_serving();
+}
+
+#[test]
+fn stalled_requests_time_out_and_free_their_memory() {
+    let server = Server::start(SIZE, stall_config());
+    // A write payload one byte short.
+    let mut short = session(&server);
+    short.request(CMD_WRITE, 0, 1, 0, MIB);
+    short.send(&pattern(MIB as usize - 1, 1));
+    // Half a request header.
+    let mut half = session(&server);
+    half.send(&REQUEST_MAGIC.to_be_bytes());
+    server.wait_for("both stalled requests cut off", |s| {
+        s.stalled == 2 && s.in_flight_bytes == 0 && s.serving == 0
+    });
+    short.expect_eof();
+    half.expect_eof();
+    // The write that never arrived whole wrote nothing.
+    let mut c = session(&server);
+    assert_eq!(read_simple(&mut c, 1, 0, 4096), vec![0u8; 4096]);
+}
+
+#[test]
+fn total_budget_bounds_buffers_over_all_connections() {
+    let config = ServerConfig {
+        max_in_flight: zram::Size(2 * u64::from(MIB)),
+        io_timeout: Timeout::secs(60),
+        ..test_config()
+    };
+    let server = Server::start(SIZE, config);
+    // Three connections each ask for 1 MiB and read nothing yet: two fit, one waits.
+    let mut clients: Vec<Client> = (0..3u64)
+        .map(|h| {
+            let mut c = session(&server);
+            c.request(CMD_READ, 0, h, 0, MIB);
+            c
+        })
+        .collect();
+    let s = server.wait_for("two replies under way and one request waiting", |s| {
+        s.waiting_requests == 1
+    });
+    assert_eq!(s.in_flight_bytes, 2 * u64::from(MIB), "{s:?}");
+    // As each takes its reply, the budget goes to the next; every reply arrives.
+    for (h, c) in clients.iter_mut().enumerate() {
+        assert_eq!(c.simple_reply(h as u64), 0);
+        assert_eq!(c.recv(MIB as usize), vec![0u8; MIB as usize]);
+        assert!(server.stats().in_flight_bytes <= 2 * u64::from(MIB));
+    }
+    server.wait_for("every byte given back", |s| {
+        s.in_flight_bytes == 0 && s.waiting_requests == 0
+    });
+    server.assert_serving();
 }

@@ -11,12 +11,16 @@ mod common {
 }
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
 
 use common::served::Served;
 
 use zram::{Algorithm, ZramConfig};
 use zramd::control::{self, Request};
+use zramd::listen::{Mode, SocketAccess};
+use zramd::metrics;
 use zramd::serve::{DeviceSpec, ServeOptions, Server};
 
 fn options(dir: &std::path::Path) -> ServeOptions {
@@ -245,4 +249,241 @@ fn cli_serve_stat_and_clean_stop_on_sigterm() {
     let stdout = served.stop();
     assert!(!control.exists());
     assert!(stdout.contains(&uri), "{stdout}");
+}
+
+/// Threads of this process whose name starts with `prefix`.
+fn threads_named(prefix: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|name| name.starts_with(prefix))
+        .count()
+}
+
+/// Reads everything until the server closes (at most 30 s).
+fn read_all(s: &mut UnixStream) -> String {
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[test]
+fn control_requests_are_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&options(dir.path())).unwrap();
+    let path = server.control_path.clone();
+
+    // Longer than 64 KiB without a newline: an error line, then the connection closes.
+    let mut long = UnixStream::connect(&path).unwrap();
+    long.write_all(&vec![b' '; control::MAX_REQUEST + 4096])
+        .unwrap();
+    let answer = read_all(&mut long);
+    assert!(answer.contains("longer than 64 KiB"), "{answer:?}");
+    assert!(answer.ends_with('\n'), "{answer:?}");
+
+    // A byte at a time: the deadline is for the whole request, not for each read.
+    let mut slow = UnixStream::connect(&path).unwrap();
+    let mut drip = slow.try_clone().unwrap();
+    let dripping = std::thread::spawn(move || {
+        for _ in 0..150 {
+            if drip.write_all(b" ").is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    let answer = read_all(&mut slow);
+    assert!(answer.contains("not received within 5s"), "{answer:?}");
+    dripping.join().unwrap();
+
+    // Silent connections: at most MAX_CONNECTIONS are served at once (the oldest still
+    // silent makes way), and a real request still gets through.
+    let mut silent: Vec<UnixStream> = (0..64)
+        .map(|_| UnixStream::connect(&path).unwrap())
+        .collect();
+    control::call(&path, &Request::Stat).unwrap();
+    let start = Instant::now();
+    while threads_named("control-conn") > control::MAX_CONNECTIONS {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "control threads not capped"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(read_all(&mut silent[0]).is_empty(), "the oldest was closed");
+    server.stop();
+}
+
+#[test]
+fn silent_connections_cannot_block_a_scrape() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&options(dir.path())).unwrap();
+    let addr = server.metrics_addr.unwrap();
+    let _silent: Vec<TcpStream> = (0..20).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    let scrape = |request: &[u8]| {
+        let mut http = TcpStream::connect(addr).unwrap();
+        // Served one at a time with 2 s each, 20 silent connections took 40 s.
+        http.set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        http.write_all(request).unwrap();
+        let mut body = String::new();
+        http.read_to_string(&mut body)
+            .expect("an answer before the deadline");
+        body
+    };
+    let body = scrape(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(body.starts_with("HTTP/1.1 200"), "{body}");
+    assert!(body.contains("zramd_orig_data_size_bytes"), "{body}");
+    let mut huge = b"GET /metrics HTTP/1.1\r\n".to_vec();
+    huge.extend(std::iter::repeat_n(b'x', metrics::MAX_HEAD + 100));
+    let body = scrape(&huge);
+    assert!(body.starts_with("HTTP/1.1 431"), "{body}");
+    server.stop();
+}
+
+#[test]
+fn socket_paths_are_never_clobbered() {
+    for flag in ["--control", "--unix"] {
+        let dir = tempfile::tempdir().unwrap();
+        let precious = dir.path().join("precious");
+        std::fs::write(&precious, "data").unwrap();
+        let mut opts = options(dir.path());
+        if flag == "--control" {
+            opts.control = Some(precious.clone());
+        } else {
+            opts.unix = vec![precious.clone()];
+        }
+        let err = format!("{:#}", Server::start(&opts).unwrap_err());
+        assert!(err.contains("not a socket"), "{flag}: {err}");
+        assert_eq!(std::fs::read_to_string(&precious).unwrap(), "data");
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(left.len(), 1, "{flag}: the failed start left {left:?}");
+    }
+    // A stale socket, which nobody answers on, is replaced.
+    let dir = tempfile::tempdir().unwrap();
+    drop(std::os::unix::net::UnixListener::bind(dir.path().join("nbd.sock")).unwrap());
+    drop(std::os::unix::net::UnixListener::bind(dir.path().join("control.sock")).unwrap());
+    let server = Server::start(&options(dir.path())).unwrap();
+    control::call(&server.control_path, &Request::Stat).unwrap();
+    server.stop();
+}
+
+#[test]
+fn a_failed_start_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut opts = options(dir.path());
+    opts.metrics = Some(taken.local_addr().unwrap().to_string());
+    let err = format!("{:#}", Server::start(&opts).unwrap_err());
+    assert!(err.contains("metrics"), "{err}");
+    let mut opts = options(dir.path());
+    opts.devices[1].size = zram::Size(0);
+    let err = format!("{:#}", Server::start(&opts).unwrap_err());
+    assert!(err.contains("zram1"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "the failed starts left {left:?}");
+}
+
+fn mode_and_group(path: &std::path::Path) -> (u32, u32) {
+    use std::os::unix::fs::MetadataExt as _;
+    let m = std::fs::metadata(path).unwrap();
+    (m.mode() & 0o7777, m.gid())
+}
+
+#[test]
+fn sockets_are_private_unless_widened() {
+    let dir = tempfile::tempdir().unwrap();
+    // Under umask 000 a socket would be 0777: anyone could use the device.
+    let served = Served::start_with(dir.path(), &["--size", "8M"], Some("000"));
+    assert_eq!(mode_and_group(&served.socket).0, 0o600);
+    assert_eq!(mode_and_group(&served.control).0, 0o600);
+    served.stop();
+    // Widened for a group; the control socket stays private.
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let gid: u32 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Gid:"))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    // Root may give the socket any group; others only one of their own.
+    let group = if gid == 0 { 100 } else { gid };
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = options(dir.path());
+    opts.settings.sockets = SocketAccess {
+        socket_mode: Mode(0o660),
+        socket_group: Some(group.to_string()),
+    };
+    let server = Server::start(&opts).unwrap();
+    assert_eq!(mode_and_group(&dir.path().join("nbd.sock")), (0o660, group));
+    assert_eq!(mode_and_group(&server.control_path).0, 0o600);
+    server.stop();
+}
+
+#[test]
+fn nbd_limits_from_options_and_config_file_with_warnings_summed_up() {
+    // Options: room for one connection negotiating; each new one takes the place of the
+    // one before, and the warnings for all of them come as one line, then a summary.
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "--size",
+        "8M",
+        "--max-connections",
+        "2",
+        "--max-handshakes",
+        "1",
+        "--handshake-timeout",
+        "1m",
+        "--idle-timeout",
+        "0",
+        "--io-timeout",
+        "5s",
+        "--max-in-flight",
+        "64M",
+        "--socket-mode",
+        "0600",
+    ];
+    let served = Served::start(dir.path(), &args);
+    let mut evicted = Vec::new();
+    for _ in 0..30 {
+        let mut c = UnixStream::connect(&served.socket).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut greeting = [0u8; 18];
+        c.read_exact(&mut greeting).unwrap();
+        evicted.push(c);
+    }
+    for c in &mut evicted[..29] {
+        assert!(read_all(c).is_empty());
+    }
+    served.stop();
+    let log = std::fs::read_to_string(dir.path().join("zramd-serve.err")).unwrap();
+    let warnings: Vec<&str> = log.lines().filter(|l| l.contains("make room")).collect();
+    assert_eq!(warnings.len(), 2, "one at once, one summary:\n{log}");
+    assert!(warnings[1].contains("28 closed to make room"), "{log}");
+
+    // A config file's top-level keys: an idle session is closed after 300 ms.
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("zramd.toml");
+    std::fs::write(
+        &config,
+        "idle_timeout = \"300ms\"\nmax_connections = 8\n[[device]]\nname = \"zram0\"\nsize = \"8M\"\n",
+    )
+    .unwrap();
+    let served = Served::start(dir.path(), &["--config", config.to_str().unwrap()]);
+    let mut c = UnixStream::connect(&served.socket).unwrap();
+    let mut greeting = [0u8; 18];
+    c.read_exact(&mut greeting).unwrap();
+    // Fixed newstyle, no zeroes; NBD_OPT_EXPORT_NAME "zram0".
+    c.write_all(&3u32.to_be_bytes()).unwrap();
+    let mut opt = b"IHAVEOPT".to_vec();
+    opt.extend_from_slice(&1u32.to_be_bytes());
+    opt.extend_from_slice(&5u32.to_be_bytes());
+    opt.extend_from_slice(b"zram0");
+    c.write_all(&opt).unwrap();
+    let mut export = [0u8; 10];
+    c.read_exact(&mut export).unwrap();
+    assert!(read_all(&mut c).is_empty(), "the idle session was closed");
+    served.stop();
 }

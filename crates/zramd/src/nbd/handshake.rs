@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 use tracing::{debug, warn};
 
 use super::ServerConfig;
-use super::conn::{Conn, discard_by, read_exact_by, write_all_by};
 use super::proto::*;
 use crate::device::Opened;
 use crate::export::{Export, ExportSet};
+use crate::stream::{Conn, deadline_in, discard_by, read_exact_by, write_all_by};
 
 /// Option data longer than this is refused (`NBD_REP_ERR_TOO_BIG`) without being stored.
 pub const MAX_OPTION_DATA: u32 = 64 * 1024;
@@ -79,11 +79,8 @@ pub(crate) fn negotiate<C: Conn>(
     config: &ServerConfig,
     peer: &str,
 ) -> io::Result<Option<Session>> {
-    let now = Instant::now();
-    // An absurdly long timeout must not overflow the clock: a day is long enough.
-    let deadline = now
-        .checked_add(config.handshake_timeout)
-        .unwrap_or(now + Duration::from_secs(86_400));
+    // No limit, or an absurdly long one, is a day.
+    let deadline = deadline_in(config.handshake_timeout.limit().unwrap_or(Duration::MAX));
     let mut n = Negotiation {
         conn,
         exports,

@@ -8,57 +8,98 @@
 //!   `STRUCTURED_REPLY`, `LIST_META_CONTEXT` and `SET_META_CONTEXT` (`base:allocation`);
 //! - `transmission`: requests and replies (simple or structured), one reader thread and a
 //!   few workers per connection, replies written whole under the connection's writer lock;
-//! - `server`: [`serve_tcp`] and [`serve_unix`], the accept loop, the connection limit and
-//!   shutdown.
+//! - `budget`: the bytes of read and write buffers in flight, per connection and in total;
+//! - `server`: [`Service`], one server over any number of listeners: its connections
+//!   (accepted, limited and timed by `crate::accept`), the total budget, shutdown.
 //!
 //! Threads: one per connection, plus [`transmission::workers()`] workers once transmission
-//! starts. Locks: a connection's writer mutex (one reply at a time, each written whole) and
-//! its in-flight byte budget; the server's connection registry. None is held while another
-//! is taken.
+//! starts. Locks: a connection's writer mutex (one reply at a time, each written whole),
+//! the byte budgets, the table of connections. None is held while another is taken.
 //!
 //! What a client can make the server hold is bounded: option data by
 //! [`handshake::MAX_OPTION_DATA`], the handshake's duration by
 //! [`ServerConfig::handshake_timeout`], a request's buffer by
-//! [`ServerConfig::max_request_bytes`], and a connection's requests in flight by a byte
-//! budget of the same size (one request of any allowed size may always proceed alone).
+//! [`ServerConfig::max_request_bytes`], a connection's requests in flight by a byte budget
+//! of the same size, all connections' requests by [`ServerConfig::max_in_flight`] (one
+//! request of any allowed size may always proceed alone), a reply or a request payload
+//! under way by [`ServerConfig::io_timeout`], an idle session by
+//! [`ServerConfig::idle_timeout`], and connections by [`ServerConfig::max_connections`]
+//! and [`ServerConfig::max_handshakes`] (when full, the oldest still negotiating or the
+//! longest idle makes way for a newcomer).
 
-use std::time::Duration;
+use serde::{Deserialize, Serialize};
+use zram::Size;
 
-mod conn;
+use crate::human::Timeout;
+
+mod budget;
 pub mod handshake;
 pub mod proto;
 pub mod rules;
 mod server;
 pub mod transmission;
 
-pub use server::{serve_tcp, serve_unix};
+pub use server::{Service, Stats};
 
-/// Settings of an NBD server.
-#[derive(Debug, Clone)]
+/// Settings of an NBD server. The same fields serve `zramd serve`'s options and a config
+/// file's top-level keys.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
+#[serde(default)]
 pub struct ServerConfig {
     /// Largest read or write one request may carry, advertised as the maximum block size
-    /// (clamped to 4 KiB ..= 1 GiB). Default 32 MiB.
+    /// (clamped to 4 KiB ..= 1 GiB), and the bytes one connection may have in flight.
+    /// Default 32 MiB.
+    #[arg(skip = ServerConfig::DEFAULT.max_request_bytes)]
+    #[serde(skip)]
     pub max_request_bytes: u32,
-    /// Time a client has for the whole handshake, from connecting to entering
-    /// transmission. Default 10 s.
-    pub handshake_timeout: Duration,
-    /// Connections served at once; more are accepted and closed at once. Default 256.
+    /// NBD connections open at once, negotiating or serving. When full, a new one takes
+    /// the place of the oldest still negotiating, else of the one idle the longest; it is
+    /// refused only when every connection has requests in flight.
+    #[arg(long, default_value_t = ServerConfig::DEFAULT.max_connections)]
     pub max_connections: usize,
+    /// NBD connections still negotiating at once; when full, a new one takes the place of
+    /// the oldest.
+    #[arg(long, default_value_t = ServerConfig::DEFAULT.max_handshakes)]
+    pub max_handshakes: usize,
+    /// Time a client has for the whole handshake, from connecting to entering
+    /// transmission (0: no limit).
+    #[arg(long, default_value_t = ServerConfig::DEFAULT.handshake_timeout)]
+    pub handshake_timeout: Timeout,
+    /// An NBD session with no request for this long is closed (0: never, e.g. for the
+    /// kernel's nbd client under a mounted file system).
+    #[arg(long, default_value_t = ServerConfig::DEFAULT.idle_timeout)]
+    pub idle_timeout: Timeout,
+    /// A reply the client does not take, or a request (header and payload) it does not
+    /// finish sending, within this long closes its connection (0: no limit).
+    #[arg(long, default_value_t = ServerConfig::DEFAULT.io_timeout)]
+    pub io_timeout: Timeout,
+    /// Bytes of read and write buffers in flight over all NBD connections; requests wait
+    /// for room beyond it.
+    #[arg(long, default_value_t = ServerConfig::DEFAULT.max_in_flight)]
+    pub max_in_flight: Size,
+}
+
+impl ServerConfig {
+    /// The defaults: generous enough that `qemu-img convert`, `nbdcopy` and fio run at full
+    /// speed, tight enough that no client holds much for long.
+    pub const DEFAULT: Self = Self {
+        max_request_bytes: 32 << 20,
+        max_connections: 256,
+        max_handshakes: 32,
+        handshake_timeout: Timeout::secs(10),
+        idle_timeout: Timeout::secs(3600),
+        io_timeout: Timeout::secs(30),
+        max_in_flight: Size(256 << 20),
+    };
+
+    /// The maximum block size actually advertised and enforced.
+    pub fn effective_max_request(&self) -> u32 {
+        self.max_request_bytes.clamp(4096, 1 << 30)
+    }
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
-        Self {
-            max_request_bytes: 32 << 20,
-            handshake_timeout: Duration::from_secs(10),
-            max_connections: 256,
-        }
-    }
-}
-
-impl ServerConfig {
-    /// The maximum block size actually advertised and enforced.
-    pub fn effective_max_request(&self) -> u32 {
-        self.max_request_bytes.clamp(4096, 1 << 30)
+        Self::DEFAULT
     }
 }

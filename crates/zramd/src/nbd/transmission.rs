@@ -4,9 +4,15 @@
 //! [`check_request`]; refused requests are answered at once, the rest go through a bounded
 //! queue to [`workers()`] worker threads, which run them on the device and write each reply
 //! whole under the writer lock, so replies of different requests never interleave and may
-//! come back in any order (as the protocol allows). A byte budget bounds the read and write
-//! buffers in flight: a request waits until its bytes fit, and one request always proceeds
-//! when nothing else is in flight.
+//! come back in any order (as the protocol allows). Two byte budgets bound the read and
+//! write buffers in flight, the connection's and the server's: a request waits until its
+//! bytes fit in both (`budget`).
+//!
+//! The connection's [`Activity`] tells the server's table what it is doing: a request is in
+//! flight from its header to its reply, arriving while its header or payload is being read,
+//! and a reply is going out while it is written; the table closes the connection when a
+//! transfer lasts longer than the I/O timeout or nothing is in flight for the idle timeout,
+//! which ends the blocked read or write here and frees what it held.
 //!
 //! Replies are simple unless structured replies were negotiated; then reads answer with one
 //! `OFFSET_DATA` chunk (so `DF` is always honoured), block status with one `BLOCK_STATUS`
@@ -21,19 +27,21 @@ use std::io::{self, BufReader, Read};
 use std::net::Shutdown;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::Instant;
 
 use tracing::{debug, warn};
 
 use super::ServerConfig;
-use super::conn::{Conn, discard, is_disconnect};
+use super::budget::Budget;
 use super::handshake::Session;
 use super::proto::*;
 use super::rules::{Limits, block_status_extents, check_request, skip_limit};
+use crate::accept::{Activity, Slot};
 use crate::device::Opened;
 use crate::export::{Export, Op};
+use crate::stream::{Conn, discard, is_disconnect};
 use zram::{BlockState, Zram};
 
 /// Most worker threads per connection.
@@ -68,46 +76,36 @@ struct Job {
     cost: u64,
 }
 
-/// Bytes of read and write buffers in flight on one connection.
-#[derive(Debug)]
-struct Budget {
-    cap: u64,
-    used: Mutex<u64>,
-    freed: Condvar,
-}
-
-impl Budget {
-    fn acquire(&self, n: u64) {
-        let mut used = self.used.lock().unwrap_or_else(PoisonError::into_inner);
-        while *used > 0 && used.saturating_add(n) > self.cap {
-            used = self
-                .freed
-                .wait(used)
-                .unwrap_or_else(PoisonError::into_inner);
-        }
-        *used += n;
-    }
-
-    fn release(&self, n: u64) {
-        let mut used = self.used.lock().unwrap_or_else(PoisonError::into_inner);
-        *used = used.saturating_sub(n);
-        self.freed.notify_all();
-    }
-}
-
 /// What the reader and the workers of one connection share.
-struct Shared<C> {
+struct Shared<'a, C> {
     writer: Mutex<C>,
     export: Arc<Export>,
     dev: Opened,
     limits: Limits,
-    peer: String,
+    peer: &'a str,
+    /// This connection's requests in flight.
     budget: Budget,
+    /// All connections' requests in flight.
+    total: &'a Budget,
+    activity: &'a Activity,
     /// A reply could not be sent: the connection is dead.
     broken: AtomicBool,
 }
 
-impl<C: Conn> Shared<C> {
+impl<C: Conn> Shared<'_, C> {
+    /// Takes a request's bytes from both budgets, the connection's first.
+    fn take(&self, cost: u64) {
+        self.budget.take(cost);
+        self.total.take(cost);
+    }
+
+    /// A request is done with its bytes and answered (or dropped).
+    fn done(&self, cost: u64) {
+        self.activity.end();
+        self.total.give(cost);
+        self.budget.give(cost);
+    }
+
     /// Writes one whole reply; on failure marks the connection broken and shuts it down
     /// so that the reader stops too.
     fn send(&self, bytes: &[u8]) {
@@ -115,7 +113,10 @@ impl<C: Conn> Shared<C> {
             return;
         }
         let mut w = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Err(e) = io::Write::write_all(&mut *w, bytes) {
+        self.activity.sending(true);
+        let sent = io::Write::write_all(&mut *w, bytes);
+        self.activity.sending(false);
+        if let Err(e) = sent {
             debug!(peer = %self.peer, error = %e, "nbd: reply not delivered; closing");
             self.broken.store(true, Ordering::Relaxed);
             w.close(Shutdown::Both);
@@ -156,13 +157,16 @@ fn errno(e: &zram::Error) -> u32 {
     u32::try_from(e.errno()).unwrap_or(EIO)
 }
 
-/// Serves requests until the client disconnects or breaks the protocol.
+/// Serves requests until the client disconnects or breaks the protocol (or the server's
+/// table closes the connection), taking buffer space from the server's `total` budget.
 pub(crate) fn serve<C: Conn>(
     conn: C,
     session: Session,
     config: &ServerConfig,
-    peer: &str,
+    total: &Budget,
+    slot: &Slot,
 ) -> io::Result<()> {
+    let peer = slot.peer.as_str();
     conn.set_timeouts(None)?;
     let max_request = config.effective_max_request();
     let limits = Limits {
@@ -177,12 +181,10 @@ pub(crate) fn serve<C: Conn>(
         export: session.export,
         dev: session.dev,
         limits,
-        peer: peer.to_owned(),
-        budget: Budget {
-            cap: u64::from(max_request),
-            used: Mutex::new(0),
-            freed: Condvar::new(),
-        },
+        peer,
+        budget: Budget::new(u64::from(max_request)),
+        total,
+        activity: &slot.activity,
         broken: AtomicBool::new(false),
     };
     let mut reader = BufReader::with_capacity(64 * 1024, conn.duplicate()?);
@@ -212,14 +214,24 @@ pub(crate) fn serve<C: Conn>(
     result
 }
 
-/// Reads a request header; `Ok(false)` on a clean end of input before its first byte.
-fn read_header(reader: &mut impl Read, buf: &mut [u8; REQUEST_LEN]) -> io::Result<bool> {
+/// Reads a request header; `Ok(false)` on a clean end of input before its first byte. A
+/// header that comes in parts is marked arriving from its first part.
+fn read_header(
+    reader: &mut impl Read,
+    buf: &mut [u8; REQUEST_LEN],
+    activity: &Activity,
+) -> io::Result<bool> {
     let mut done = 0;
     while done < buf.len() {
         match reader.read(&mut buf[done..]) {
             Ok(0) if done == 0 => return Ok(false),
             Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => done += n,
+            Ok(n) => {
+                if done == 0 && n < buf.len() {
+                    activity.receiving(true);
+                }
+                done += n;
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
@@ -229,16 +241,16 @@ fn read_header(reader: &mut impl Read, buf: &mut [u8; REQUEST_LEN]) -> io::Resul
 
 fn read_loop<C: Conn>(
     reader: &mut impl Read,
-    shared: &Shared<C>,
+    shared: &Shared<'_, C>,
     tx: &SyncSender<Job>,
 ) -> io::Result<()> {
-    let peer = shared.peer.as_str();
+    let peer = shared.peer;
     loop {
         if shared.broken.load(Ordering::Relaxed) {
             return Ok(());
         }
         let mut header = [0u8; REQUEST_LEN];
-        match read_header(reader, &mut header) {
+        match read_header(reader, &mut header, shared.activity) {
             Ok(true) => {}
             Ok(false) => {
                 debug!(peer, "nbd: client closed the connection");
@@ -260,6 +272,7 @@ fn read_loop<C: Conn>(
             shared.record(req.kind, 0, start, true);
             return Ok(());
         }
+        shared.activity.begin();
         if let Err(refusal) = check_request(&req, &shared.limits) {
             warn!(
                 peer,
@@ -274,10 +287,13 @@ fn read_loop<C: Conn>(
             let payload = req.payload_len();
             let keep_going = payload <= skip_limit(&shared.limits);
             if payload > 0 && keep_going {
+                shared.activity.receiving(true);
                 discard(reader, u64::from(payload))?;
             }
+            shared.activity.receiving(false);
             shared.send_error(req.handle, refusal.error, refusal.message);
             shared.record(req.kind, 0, start, false);
+            shared.activity.end();
             if !keep_going {
                 warn!(
                     peer,
@@ -292,29 +308,32 @@ fn read_loop<C: Conn>(
             CMD_READ | CMD_WRITE => u64::from(req.length),
             _ => 0,
         };
-        shared.budget.acquire(cost);
+        shared.take(cost);
         let mut payload = Vec::new();
         if req.kind == CMD_WRITE {
+            shared.activity.receiving(true);
             payload = vec![0u8; req.length as usize];
             if let Err(e) = reader.read_exact(&mut payload) {
-                shared.budget.release(cost);
+                shared.done(cost);
                 debug!(peer, error = %e, "nbd: connection ended inside a write payload");
                 return if is_disconnect(&e) { Ok(()) } else { Err(e) };
             }
         }
+        shared.activity.receiving(false);
         let job = Job {
             req,
             payload,
             start,
             cost,
         };
-        if tx.send(job).is_err() {
+        if let Err(unsent) = tx.send(job) {
+            shared.done(unsent.0.cost);
             return Ok(());
         }
     }
 }
 
-fn worker<C: Conn>(shared: &Shared<C>, rx: &Mutex<Receiver<Job>>) {
+fn worker<C: Conn>(shared: &Shared<'_, C>, rx: &Mutex<Receiver<Job>>) {
     loop {
         let job = {
             let rx = rx.lock().unwrap_or_else(PoisonError::into_inner);
@@ -323,12 +342,12 @@ fn worker<C: Conn>(shared: &Shared<C>, rx: &Mutex<Receiver<Job>>) {
         let Ok(job) = job else { return };
         let cost = job.cost;
         execute(shared, job);
-        shared.budget.release(cost);
+        shared.done(cost);
     }
 }
 
 /// Runs one accepted request and sends its reply.
-fn execute<C: Conn>(shared: &Shared<C>, job: Job) {
+fn execute<C: Conn>(shared: &Shared<'_, C>, job: Job) {
     let Job {
         req,
         payload,
@@ -384,7 +403,7 @@ fn run(dev: &Zram, req: &Request, payload: &[u8]) -> Result<(), (u32, String)> {
     Ok(())
 }
 
-fn read<C: Conn>(shared: &Shared<C>, req: &Request, start: Instant) {
+fn read<C: Conn>(shared: &Shared<'_, C>, req: &Request, start: Instant) {
     let len = req.length as usize;
     let structured = shared.limits.structured;
     if structured && len == 0 {
@@ -435,7 +454,7 @@ fn page_status(dev: &Zram, page: u64) -> u32 {
     }
 }
 
-fn block_status<C: Conn>(shared: &Shared<C>, req: &Request, start: Instant) {
+fn block_status<C: Conn>(shared: &Shared<'_, C>, req: &Request, start: Instant) {
     let req_one = req.flags & CMD_FLAG_REQ_ONE != 0;
     let extents = block_status_extents(req.offset, req.length, PAGE, MAX_EXTENTS, req_one, |p| {
         page_status(&shared.dev, p)

@@ -15,8 +15,10 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use zramd::export::{Export, ExportSet};
+use zramd::human::Timeout;
+use zramd::listen::Listener;
 use zramd::nbd::proto::*;
-use zramd::nbd::{ServerConfig, serve_tcp, serve_unix};
+use zramd::nbd::{ServerConfig, Service, Stats};
 
 /// An initialized zram device of `size` bytes.
 pub fn device(size: u64) -> Arc<zramd::device::Device> {
@@ -40,6 +42,7 @@ pub enum Addr {
 pub struct Server {
     pub addr: Addr,
     pub exports: Arc<ExportSet>,
+    pub service: Arc<Service>,
     shutdown: Arc<AtomicBool>,
     thread: Option<JoinHandle<io::Result<()>>>,
     _dir: Option<tempfile::TempDir>,
@@ -65,26 +68,49 @@ impl Server {
             .try_init();
         let exports = Arc::new(ExportSet::new(exports));
         let shutdown = Arc::new(AtomicBool::new(false));
-        let (addr, dir, thread) = if tcp {
+        let service = Service::new(Arc::clone(&exports), config);
+        let (addr, dir, listener) = if tcp {
             let l = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
             let addr = l.local_addr().expect("local addr");
-            let (e, s) = (Arc::clone(&exports), Arc::clone(&shutdown));
-            let t = std::thread::spawn(move || serve_tcp(l, e, config, s));
-            (Addr::Tcp(addr), None, t)
+            (Addr::Tcp(addr), None, Listener::Tcp(l))
         } else {
             let dir = tempfile::tempdir().expect("tempdir");
             let path = dir.path().join("nbd.sock");
             let l = UnixListener::bind(&path).expect("bind unix socket");
-            let (e, s) = (Arc::clone(&exports), Arc::clone(&shutdown));
-            let t = std::thread::spawn(move || serve_unix(l, e, config, s));
-            (Addr::Unix(path), Some(dir), t)
+            (Addr::Unix(path), Some(dir), Listener::Unix(l))
+        };
+        let thread = {
+            let (service, stop) = (Arc::clone(&service), Arc::clone(&shutdown));
+            std::thread::spawn(move || service.serve(vec![listener], &stop))
         };
         Self {
             addr,
             exports,
+            service,
             shutdown,
             thread: Some(thread),
             _dir: dir,
+        }
+    }
+
+    /// What the server holds now.
+    pub fn stats(&self) -> Stats {
+        self.service.stats()
+    }
+
+    /// Waits (at most 20 s) until the server's figures satisfy `ok`; returns them.
+    pub fn wait_for(&self, what: &str, ok: impl Fn(&Stats) -> bool) -> Stats {
+        let start = std::time::Instant::now();
+        loop {
+            let s = self.stats();
+            if ok(&s) {
+                return s;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "never {what}: {s:?}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 
@@ -173,8 +199,9 @@ fn default_exports(size: u64) -> Vec<Arc<Export>> {
 pub fn test_config() -> ServerConfig {
     ServerConfig {
         max_request_bytes: 1 << 20,
-        handshake_timeout: Duration::from_secs(5),
+        handshake_timeout: Timeout::secs(5),
         max_connections: 64,
+        ..ServerConfig::default()
     }
 }
 

@@ -29,11 +29,26 @@ impl Served {
     /// Starts `zramd serve <args> --unix <dir>/nbd.sock --control <dir>/control.sock` and
     /// waits until both sockets exist.
     pub fn start(dir: &Path, args: &[&str]) -> Self {
+        Self::start_with(dir, args, None)
+    }
+
+    /// [`Served::start`] under `umask` (octal, e.g. `"000"`) when given.
+    pub fn start_with(dir: &Path, args: &[&str], umask: Option<&str>) -> Self {
         let socket = dir.join("nbd.sock");
         let control = dir.join("control.sock");
         let out = dir.join("zramd-serve.out");
         let err = dir.join("zramd-serve.err");
-        let child = Command::new(ZRAMD)
+        let mut command = match umask {
+            Some(mask) => {
+                let mut sh = Command::new("sh");
+                sh.arg("-c")
+                    .arg(format!("umask {mask} && exec \"$0\" \"$@\""))
+                    .arg(ZRAMD);
+                sh
+            }
+            None => Command::new(ZRAMD),
+        };
+        let child = command
             .arg("serve")
             .args(args)
             .arg("--unix")
@@ -121,7 +136,8 @@ impl Served {
         None
     }
 
-    fn stderr(&self) -> String {
+    /// What the server wrote on stderr (its log) so far.
+    pub fn stderr(&self) -> String {
         std::fs::read_to_string(&self.err).unwrap_or_default()
     }
 }
