@@ -2,10 +2,10 @@
 //! `zramd stat`, `zramd compact`, `zramd reset` and `zramd set` talk to. One request per
 //! connection: a line of JSON in, a line of JSON out.
 //!
-//! Bounded like every endpoint (`crate::accept`): at most [`MAX_CONNECTIONS`] at once (when
-//! full, the oldest one still sending its request makes way), [`REQUEST_DEADLINE`] for the
-//! whole request, [`MAX_REQUEST`] bytes of it. A request too long or too slow gets an error
-//! line, then the connection closes.
+//! Bounded as every endpoint (`crate::endpoint`): at most [`MAX_CONNECTIONS`] at once (when
+//! full, the oldest one still sending its request makes way), 5 s for the whole request,
+//! [`MAX_REQUEST`] bytes of it. A request too long or too slow gets an error line, then the
+//! connection closes.
 
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -17,20 +17,15 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::accept::{self, Event, Handler, Rules, Slot, Table};
 use crate::device::{Device, DeviceError};
+use crate::endpoint::{self, Endpoint, REQUEST_DEADLINE, Unanswered};
 use crate::listen::Listener;
 use crate::registry::{DeviceStat, Registry};
-use crate::stream::{Conn, answer_and_close, deadline_in, is_timeout, read_until_by, write_all_by};
 
 /// Longest request accepted, in bytes.
 pub const MAX_REQUEST: usize = 64 * 1024;
 /// Control connections served at once.
 pub const MAX_CONNECTIONS: usize = 16;
-/// Time a client has to send its whole request, from connecting.
-pub const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
-/// Time an answer has to go out.
-const ANSWER_DEADLINE: Duration = Duration::from_secs(10);
 
 /// What a control client asks.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -208,12 +203,10 @@ pub fn serve(
     registry: Arc<Registry>,
     shutdown: Arc<AtomicBool>,
 ) -> std::io::Result<()> {
-    let table = Table::new(Rules::endpoint("control", MAX_CONNECTIONS));
-    let control = Arc::new(Control { registry });
-    accept::serve(vec![Listener::Unix(listener)], &table, &control, &shutdown)
+    endpoint::serve(Listener::Unix(listener), Control { registry }, &shutdown)
 }
 
-/// The control endpoint's connections.
+/// The control endpoint.
 #[derive(Debug)]
 struct Control {
     registry: Arc<Registry>,
@@ -228,41 +221,33 @@ fn line_of(response: &Response) -> Vec<u8> {
     out
 }
 
-impl Handler for Control {
-    fn handle<C: Conn>(&self, mut conn: C, slot: &Slot) {
-        let read = read_until_by(&mut conn, b"\n", MAX_REQUEST, deadline_in(REQUEST_DEADLINE));
-        let response = match read {
-            Ok(line) => {
-                slot.activity.answering();
-                match serde_json::from_slice::<Request>(&line) {
-                    Ok(req) => handle(&self.registry, &req),
-                    Err(e) => Response::error(format!("bad request: {e}")),
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => Response::error(format!(
-                "request longer than {} KiB (one line of JSON per connection)",
-                MAX_REQUEST / 1024
-            )),
-            Err(e) if is_timeout(&e) => {
-                slot.note(Event::TimedOut);
-                Response::error(format!(
-                    "request not received within {}s",
-                    REQUEST_DEADLINE.as_secs()
-                ))
-            }
-            Err(e) => {
-                tracing::debug!(peer = slot.peer, "control connection: {e}");
-                return;
-            }
-        };
-        answer_and_close(&mut conn, &line_of(&response), deadline_in(ANSWER_DEADLINE));
+impl Endpoint for Control {
+    const NAME: &'static str = "control";
+    const MAX_CONNECTIONS: usize = MAX_CONNECTIONS;
+    const END: &'static [u8] = b"\n";
+    const MAX_REQUEST: usize = MAX_REQUEST;
+
+    fn answer(&self, request: &[u8]) -> Vec<u8> {
+        line_of(&match serde_json::from_slice::<Request>(request) {
+            Ok(req) => handle(&self.registry, &req),
+            Err(e) => Response::error(format!("bad request: {e}")),
+        })
     }
 
-    fn refuse<C: Conn>(&self, conn: &mut C) {
-        let busy = Response::error(format!(
-            "too many control connections (at most {MAX_CONNECTIONS} at once); try again"
-        ));
-        let _ = write_all_by(conn, &line_of(&busy), deadline_in(accept::POLL));
+    fn unanswered(&self, why: Unanswered) -> Vec<u8> {
+        line_of(&Response::error(match why {
+            Unanswered::TooLong => format!(
+                "request longer than {} KiB (one line of JSON per connection)",
+                MAX_REQUEST / 1024
+            ),
+            Unanswered::TooSlow => format!(
+                "request not received within {}s",
+                REQUEST_DEADLINE.as_secs()
+            ),
+            Unanswered::Busy => format!(
+                "too many control connections (at most {MAX_CONNECTIONS} at once); try again"
+            ),
+        }))
     }
 }
 

@@ -5,6 +5,7 @@
 pub(crate) mod accept;
 pub mod control;
 pub mod device;
+pub(crate) mod endpoint;
 pub mod export;
 pub mod fuse;
 pub mod human;
@@ -16,3 +17,5 @@ pub mod registry;
 pub mod serve;
 pub(crate) mod stream;
 pub mod sysfs;
+pub(crate) mod table;
+pub(crate) mod tally;

@@ -5,31 +5,25 @@
 //! The exposition is written directly from the devices' own atomic counters (a scrape reads
 //! them; nothing is copied into a registry between scrapes).
 //!
-//! Scrapes are served concurrently, bounded like every endpoint (`crate::accept`): at most
+//! Scrapes are served concurrently, bounded as every endpoint (`crate::endpoint`): at most
 //! [`MAX_CONNECTIONS`] at once, and when full the oldest connection still sending its
-//! request makes way, so silent connections cannot keep a scrape out; [`REQUEST_DEADLINE`]
-//! for the whole request head, at most [`MAX_HEAD`] bytes of it.
+//! request makes way, so silent connections cannot keep a scrape out; 5 s for the whole
+//! request head, at most [`MAX_HEAD`] bytes of it.
 
 use std::fmt::Write as _;
 use std::net::TcpListener;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::time::Duration;
 
-use crate::accept::{self, Event, Handler, Rules, Slot, Table};
+use crate::endpoint::{self, Endpoint, REQUEST_DEADLINE, Unanswered};
 use crate::export::{LATENCY_BUCKETS_US, Op};
 use crate::listen::Listener;
 use crate::registry::Registry;
-use crate::stream::{Conn, answer_and_close, deadline_in, is_timeout, read_until_by, write_all_by};
 
 /// Metrics connections served at once.
 pub const MAX_CONNECTIONS: usize = 8;
-/// Time a client has to send its whole request head, from connecting.
-pub const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
 /// Longest request head accepted, in bytes.
 pub const MAX_HEAD: usize = 8 * 1024;
-/// Time an answer has to go out.
-const ANSWER_DEADLINE: Duration = Duration::from_secs(10);
 
 const MM_STAT_NAMES: [(&str, &str); 12] = [
     (
@@ -159,12 +153,10 @@ pub fn serve(
     registry: Arc<Registry>,
     shutdown: Arc<AtomicBool>,
 ) -> std::io::Result<()> {
-    let table = Table::new(Rules::endpoint("metrics", MAX_CONNECTIONS));
-    let metrics = Arc::new(Metrics { registry });
-    accept::serve(vec![Listener::Tcp(listener)], &table, &metrics, &shutdown)
+    endpoint::serve(Listener::Tcp(listener), Metrics { registry }, &shutdown)
 }
 
-/// The metrics endpoint's connections.
+/// The metrics endpoint.
 #[derive(Debug)]
 struct Metrics {
     registry: Arc<Registry>,
@@ -179,50 +171,37 @@ fn http(status: &str, body: &str) -> Vec<u8> {
     .into_bytes()
 }
 
-impl Handler for Metrics {
-    fn handle<C: Conn>(&self, mut conn: C, slot: &Slot) {
-        let head = read_until_by(
-            &mut conn,
-            b"\r\n\r\n",
-            MAX_HEAD,
-            deadline_in(REQUEST_DEADLINE),
-        );
-        let answer = match head {
-            Ok(head) => {
-                slot.activity.answering();
-                if head.starts_with(b"GET /metrics ") || head.starts_with(b"GET / ") {
-                    http("200 OK", &render(&self.registry))
-                } else {
-                    http("404 Not Found", "try GET /metrics\n")
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => http(
+impl Endpoint for Metrics {
+    const NAME: &'static str = "metrics";
+    const MAX_CONNECTIONS: usize = MAX_CONNECTIONS;
+    const END: &'static [u8] = b"\r\n\r\n";
+    const MAX_REQUEST: usize = MAX_HEAD;
+
+    fn answer(&self, head: &[u8]) -> Vec<u8> {
+        if head.starts_with(b"GET /metrics ") || head.starts_with(b"GET / ") {
+            http("200 OK", &render(&self.registry))
+        } else {
+            http("404 Not Found", "try GET /metrics\n")
+        }
+    }
+
+    fn unanswered(&self, why: Unanswered) -> Vec<u8> {
+        match why {
+            Unanswered::TooLong => http(
                 "431 Request Header Fields Too Large",
                 &format!("request head longer than {MAX_HEAD} bytes\n"),
             ),
-            Err(e) if is_timeout(&e) => {
-                slot.note(Event::TimedOut);
-                http(
-                    "408 Request Timeout",
-                    &format!(
-                        "request not received within {}s\n",
-                        REQUEST_DEADLINE.as_secs()
-                    ),
-                )
-            }
-            Err(e) => {
-                tracing::debug!(peer = slot.peer, "metrics connection: {e}");
-                return;
-            }
-        };
-        answer_and_close(&mut conn, &answer, deadline_in(ANSWER_DEADLINE));
-    }
-
-    fn refuse<C: Conn>(&self, conn: &mut C) {
-        let busy = http(
-            "503 Service Unavailable",
-            "too many metrics connections; try again\n",
-        );
-        let _ = write_all_by(conn, &busy, deadline_in(accept::POLL));
+            Unanswered::TooSlow => http(
+                "408 Request Timeout",
+                &format!(
+                    "request not received within {}s\n",
+                    REQUEST_DEADLINE.as_secs()
+                ),
+            ),
+            Unanswered::Busy => http(
+                "503 Service Unavailable",
+                "too many metrics connections; try again\n",
+            ),
+        }
     }
 }

@@ -10,7 +10,8 @@
 //!   few workers per connection, replies written whole under the connection's writer lock;
 //! - `budget`: the bytes of read and write buffers in flight, per connection and in total;
 //! - `server`: [`Service`], one server over any number of listeners: its connections
-//!   (accepted, limited and timed by `crate::accept`), the total budget, shutdown.
+//!   (accepted by `crate::accept`, limited and timed by `crate::table`), the total budget,
+//!   shutdown.
 //!
 //! Threads: one per connection, plus [`transmission::workers()`] workers once transmission
 //! starts. Locks: a connection's writer mutex (one reply at a time, each written whole),

@@ -1,5 +1,5 @@
 //! One NBD server over any number of listeners: [`Service`] takes connections through
-//! `crate::accept` (its limits and timeouts come from [`ServerConfig`]), runs each one's
+//! `crate::accept` and `crate::table` (limits and timeouts from [`ServerConfig`]), runs each one's
 //! handshake and transmission, and holds the byte budget all connections share.
 
 use std::io;
@@ -11,10 +11,12 @@ use tracing::{debug, warn};
 
 use super::budget::Budget;
 use super::{ServerConfig, handshake, transmission};
-use crate::accept::{self, Event, Handler, Rules, Slot, Table};
+use crate::accept::{self, Handler};
 use crate::export::ExportSet;
 use crate::listen::Listener;
 use crate::stream::{Conn, is_disconnect, is_timeout};
+use crate::table::{Rules, Slot, Table};
+use crate::tally::Event;
 
 /// An NBD server: its exports, settings, live connections and total byte budget.
 #[derive(Debug)]

@@ -38,10 +38,10 @@ use super::budget::Budget;
 use super::handshake::Session;
 use super::proto::*;
 use super::rules::{Limits, block_status_extents, check_request, skip_limit};
-use crate::accept::{Activity, Slot};
 use crate::device::Opened;
 use crate::export::{Export, Op};
 use crate::stream::{Conn, discard, is_disconnect};
+use crate::table::{Activity, Slot};
 use zram::{BlockState, Zram};
 
 /// Most worker threads per connection.
