@@ -30,6 +30,14 @@ pub enum DeviceError {
         /// What was written.
         value: String,
     },
+    /// A number too large for the attribute (the kernel's `kstrtou16` and kin: `ERANGE`).
+    #[error("{value:?} is out of range for {attr}")]
+    Range {
+        /// The attribute.
+        attr: &'static str,
+        /// What was written.
+        value: String,
+    },
     /// The device refused the settings or the size (a bad setting, or no memory).
     #[error(transparent)]
     Zram(#[from] zram::Error),
@@ -49,6 +57,7 @@ impl DeviceError {
         match self {
             DeviceError::Busy => libc::EBUSY,
             DeviceError::NotInitialized | DeviceError::Invalid { .. } => libc::EINVAL,
+            DeviceError::Range { .. } => libc::ERANGE,
             DeviceError::Zram(e) => e.errno(),
         }
     }
