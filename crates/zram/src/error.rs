@@ -150,6 +150,9 @@ mod tests {
         assert_eq!(Error::Corrupt("x".into()).errno(), libc::EIO);
         let bad_chain = Error::Alloc(zsmalloc::Error::InvalidChainSize(0));
         assert_eq!(bad_chain.errno(), libc::EINVAL);
-        assert!(bad_chain.to_string().contains("chain size 0"), "{bad_chain}");
+        assert!(
+            bad_chain.to_string().contains("chain size 0"),
+            "{bad_chain}"
+        );
     }
 }

@@ -473,4 +473,30 @@ mod tests {
             assert!(err.contains(why), "{bad:?}: {err}");
         }
     }
+
+    /// `chain_size = 0` (config file) and `--chain-size 0` (command line) are an invalid
+    /// chain size, not a lack of memory.
+    #[test]
+    fn chain_size_zero_is_an_invalid_chain_size() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            device: DeviceSpec,
+        }
+        let from_file = ConfigFile::parse("[[device]]\nname = \"a\"\nchain_size = 0\n")
+            .unwrap()
+            .device
+            .remove(0);
+        let from_args = <Cli as clap::Parser>::try_parse_from(["serve", "--chain-size", "0"])
+            .unwrap()
+            .device;
+        for spec in [from_file, from_args] {
+            assert_eq!(spec.config.pool.chain_size, 0);
+            let err = format!("{:#}", spec.build().unwrap_err());
+            assert!(
+                err.contains("chain size 0") && !err.contains("memory"),
+                "{err}"
+            );
+        }
+    }
 }
