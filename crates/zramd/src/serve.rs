@@ -174,7 +174,7 @@ pub struct Server {
     pub metrics_addr: Option<SocketAddr>,
     threads: Vec<std::thread::JoinHandle<()>>,
     unix_paths: Vec<PathBuf>,
-    fuse: Option<fuser::BackgroundSession>,
+    fuse: Option<crate::fuse::Mounted>,
 }
 
 fn resolve(addr: &str) -> anyhow::Result<SocketAddr> {
@@ -197,6 +197,16 @@ impl Server {
             )));
         }
         let mut registry = Registry::new(exports);
+        // The FUSE tree first: a directory it is refused (something is mounted there) leaves
+        // no socket behind.
+        let fuse = match &options.fuse {
+            Some(dir) => {
+                let mounted = crate::fuse::mount(Arc::clone(registry.exports()), dir)
+                    .with_context(|| format!("mount the FUSE export at {}", dir.display()))?;
+                Some(mounted)
+            }
+            None => None,
+        };
         let listen: Vec<String> =
             if options.listen.is_empty() && options.unix.is_empty() && options.fuse.is_none() {
                 vec![DEFAULT_LISTEN.to_owned()]
@@ -223,6 +233,9 @@ impl Server {
             registry.served_at.push(Endpoint::Unix(path.clone()));
             nbd.push((path.display().to_string(), NbdListener::Unix(l)));
         }
+        if let Some(dir) = &options.fuse {
+            registry.served_at.push(Endpoint::Fuse(dir.clone()));
+        }
         let control_path = options
             .control
             .clone()
@@ -237,15 +250,6 @@ impl Server {
         };
         let metrics_addr = metrics.as_ref().map(TcpListener::local_addr).transpose()?;
 
-        let fuse = match &options.fuse {
-            Some(dir) => {
-                let session = crate::fuse::mount(Arc::clone(registry.exports()), dir)
-                    .with_context(|| format!("mount the FUSE export at {}", dir.display()))?;
-                registry.served_at.push(Endpoint::Fuse(dir.clone()));
-                Some(session)
-            }
-            None => None,
-        };
         let registry = Arc::new(registry);
         let shutdown = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();
@@ -309,12 +313,12 @@ impl Server {
         })
     }
 
-    /// Stops every thread and removes the sockets this server made.
+    /// Stops every thread and removes the sockets this server made. The FUSE tree is
+    /// unmounted without waiting for anyone holding a file of it open (see
+    /// [`crate::fuse::Mounted::unmount`]).
     pub fn stop(mut self) {
-        if let Some(session) = self.fuse.take()
-            && let Err(e) = session.umount_and_join()
-        {
-            tracing::warn!("unmount the FUSE export: {e}");
+        if let Some(mounted) = self.fuse.take() {
+            mounted.unmount();
         }
         self.shutdown.store(true, Ordering::Relaxed);
         for t in self.threads.drain(..) {

@@ -390,6 +390,7 @@ mod tests {
             ("010", 4096),
             ("1Kxyz", 4096),
             ("16E", 0),
+            ("plenty", 0),
         ] {
             write(&d, "mem_limit", text.as_bytes()).unwrap();
             assert_eq!(limit(&d), shown, "{text:?}");

@@ -102,6 +102,9 @@ mod tests {
             (" 1M", 0, 0),
             ("-1", 0, 0),
             ("lots", 0, 0),
+            // No digits, but `p` is a suffix: 0, one byte read (the kernel's mem_limit
+            // takes "plenty" as 0).
+            ("plenty", 0, 1),
             ("", 0, 0),
         ] {
             assert_eq!(memparse(text.as_bytes()), (value, used), "{text:?}");
