@@ -1,5 +1,10 @@
-//! Sizes written as text, as the kernel's `memparse`: a number with an optional K, M, G, T,
-//! P or E suffix (powers of 1024, either case).
+//! Sizes written as text, with the kernel's `memparse` suffixes: a decimal number with an
+//! optional K, M, G, T, P or E suffix (powers of 1024, either case), and nothing else.
+//!
+//! This is the strict form for config files and command lines, where a typo must be an
+//! error: no hex or octal, no text after the suffix, no silent overflow. The daemon's
+//! attribute files read sizes with the kernel's own, lenient rules instead (zramd's
+//! `sysfs::memparse`), since zram users' scripts write them.
 
 use crate::error::{Error, Result};
 

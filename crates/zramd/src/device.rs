@@ -30,6 +30,14 @@ pub enum DeviceError {
         /// What was written.
         value: String,
     },
+    /// A number too large for the attribute (the kernel's `kstrtou16` and kin: `ERANGE`).
+    #[error("{value:?} is out of range for {attr}")]
+    Range {
+        /// The attribute.
+        attr: &'static str,
+        /// What was written.
+        value: String,
+    },
     /// The device refused the settings or the size (a bad setting, or no memory).
     #[error(transparent)]
     Zram(#[from] zram::Error),
@@ -49,6 +57,7 @@ impl DeviceError {
         match self {
             DeviceError::Busy => libc::EBUSY,
             DeviceError::NotInitialized | DeviceError::Invalid { .. } => libc::EINVAL,
+            DeviceError::Range { .. } => libc::ERANGE,
             DeviceError::Zram(e) => e.errno(),
         }
     }
@@ -252,5 +261,29 @@ mod tests {
         assert!(!d.initialized());
         assert_eq!(d.settings().mem_limit, zram::Size(0));
         assert_eq!(DeviceError::Busy.errno(), libc::EBUSY);
+    }
+
+    /// A chain size outside 1..=16 is a bad setting (EINVAL, said as a chain size), not a
+    /// device the machine has no memory for.
+    #[test]
+    fn a_bad_chain_size_is_an_invalid_setting() {
+        for chain_size in [0, 17] {
+            let mut settings = ZramConfig::default();
+            settings.pool.chain_size = chain_size;
+            let d = Device::new("zram0", settings);
+            let err = d.init(1 << 20).unwrap_err();
+            assert_eq!(err.errno(), libc::EINVAL, "{err}");
+            let text = err.to_string();
+            assert!(
+                text.contains(&format!("chain size {chain_size}")) && !text.contains("memory"),
+                "{text}"
+            );
+            // The attribute files say the same: writing disksize is EINVAL.
+            assert_eq!(
+                crate::sysfs::write(&d, "disksize", b"1M\n"),
+                Err(libc::EINVAL)
+            );
+            assert!(!d.initialized());
+        }
     }
 }

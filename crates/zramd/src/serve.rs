@@ -197,7 +197,7 @@ pub struct Server {
     pub nbd: Arc<Service>,
     threads: Vec<std::thread::JoinHandle<()>>,
     unix_paths: Vec<PathBuf>,
-    fuse: Option<fuser::BackgroundSession>,
+    fuse: Option<crate::fuse::Mounted>,
 }
 
 fn resolve(addr: &str) -> anyhow::Result<SocketAddr> {
@@ -247,6 +247,16 @@ impl Server {
             )));
         }
         let mut registry = Registry::new(exports);
+        // The FUSE tree first: a directory it is refused (something is mounted there) leaves
+        // no socket behind.
+        let fuse = match &options.fuse {
+            Some(dir) => {
+                let mounted = crate::fuse::mount(Arc::clone(registry.exports()), dir)
+                    .with_context(|| format!("mount the FUSE export at {}", dir.display()))?;
+                Some(mounted)
+            }
+            None => None,
+        };
         let listen: Vec<String> =
             if options.listen.is_empty() && options.unix.is_empty() && options.fuse.is_none() {
                 vec![DEFAULT_LISTEN.to_owned()]
@@ -268,6 +278,9 @@ impl Server {
             nbd.push(Listener::Unix(made.unix(path, &options.settings.sockets)?));
             registry.served_at.push(Endpoint::Unix(path.clone()));
         }
+        if let Some(dir) = &options.fuse {
+            registry.served_at.push(Endpoint::Fuse(dir.clone()));
+        }
         let control_path = options
             .control
             .clone()
@@ -282,15 +295,6 @@ impl Server {
         };
         let metrics_addr = metrics.as_ref().map(TcpListener::local_addr).transpose()?;
 
-        let fuse = match &options.fuse {
-            Some(dir) => {
-                let session = crate::fuse::mount(Arc::clone(registry.exports()), dir)
-                    .with_context(|| format!("mount the FUSE export at {}", dir.display()))?;
-                registry.served_at.push(Endpoint::Fuse(dir.clone()));
-                Some(session)
-            }
-            None => None,
-        };
         let registry = Arc::new(registry);
         let shutdown = Arc::new(AtomicBool::new(false));
         let service = Service::new(Arc::clone(registry.exports()), options.settings.nbd.clone());
@@ -358,12 +362,12 @@ impl Server {
         })
     }
 
-    /// Stops every thread and removes the sockets this server made.
+    /// Stops every thread and removes the sockets this server made. The FUSE tree is
+    /// unmounted without waiting for anyone holding a file of it open (see
+    /// [`crate::fuse::Mounted::unmount`]).
     pub fn stop(mut self) {
-        if let Some(session) = self.fuse.take()
-            && let Err(e) = session.umount_and_join()
-        {
-            tracing::warn!("unmount the FUSE export: {e}");
+        if let Some(mounted) = self.fuse.take() {
+            mounted.unmount();
         }
         self.shutdown.store(true, Ordering::Relaxed);
         for t in self.threads.drain(..) {
@@ -556,6 +560,32 @@ mod tests {
         ] {
             let err = format!("{:#}", ConfigFile::parse(bad).unwrap_err());
             assert!(err.contains(why), "{bad:?}: {err}");
+        }
+    }
+
+    /// `chain_size = 0` (config file) and `--chain-size 0` (command line) are an invalid
+    /// chain size, not a lack of memory.
+    #[test]
+    fn chain_size_zero_is_an_invalid_chain_size() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            device: DeviceSpec,
+        }
+        let from_file = ConfigFile::parse("[[device]]\nname = \"a\"\nchain_size = 0\n")
+            .unwrap()
+            .device
+            .remove(0);
+        let from_args = <Cli as clap::Parser>::try_parse_from(["serve", "--chain-size", "0"])
+            .unwrap()
+            .device;
+        for spec in [from_file, from_args] {
+            assert_eq!(spec.config.pool.chain_size, 0);
+            let err = format!("{:#}", spec.build().unwrap_err());
+            assert!(
+                err.contains("chain size 0") && !err.contains("memory"),
+                "{err}"
+            );
         }
     }
 }

@@ -9,6 +9,10 @@ mod common {
     pub mod have;
     pub mod image;
     pub mod run;
+    #[expect(
+        dead_code,
+        reason = "these tests stop their servers cleanly and never kill one"
+    )]
     pub mod served;
 }
 

@@ -7,6 +7,10 @@ mod common {
         reason = "this test runs only zramd's own CLI, through Served, and needs no run_ok"
     )]
     pub mod run;
+    #[expect(
+        dead_code,
+        reason = "these tests stop their servers cleanly and never kill one"
+    )]
     pub mod served;
 }
 

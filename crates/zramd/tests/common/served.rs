@@ -1,6 +1,7 @@
 //! A `zramd serve` child process with its NBD and control sockets in a test's directory
 //! (`nbd.sock`, `control.sock`) and its output in files there (`zramd-serve.out`,
-//! `zramd-serve.err`). Stopped with SIGTERM, then killed if it does not stop, when dropped.
+//! `zramd-serve.err`); with `--fuse DIR` among its arguments, its FUSE tree mounted there.
+//! Stopped with SIGTERM, then killed if it does not stop, when dropped.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -27,7 +28,8 @@ pub struct Served {
 
 impl Served {
     /// Starts `zramd serve <args> --unix <dir>/nbd.sock --control <dir>/control.sock` and
-    /// waits until both sockets exist.
+    /// waits until both sockets exist and, with `--fuse DIR` in `args`, until DIR shows the
+    /// tree (a folder per device).
     pub fn start(dir: &Path, args: &[&str]) -> Self {
         Self::start_with(dir, args, None)
     }
@@ -67,8 +69,14 @@ impl Served {
             out,
             err,
         };
+        let fuse = args
+            .iter()
+            .position(|&a| a == "--fuse")
+            .and_then(|i| args.get(i + 1))
+            .map(Path::new);
+        let tree_shown = |dir: &Path| std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some());
         let start = Instant::now();
-        while !(served.control.exists() && served.socket.exists()) {
+        while !(served.control.exists() && served.socket.exists() && fuse.is_none_or(tree_shown)) {
             if let Some(status) = served.child.try_wait().expect("wait") {
                 panic!("zramd serve exited ({status}): {}", served.stderr());
             }
@@ -80,6 +88,12 @@ impl Served {
             std::thread::sleep(Duration::from_millis(50));
         }
         served
+    }
+
+    /// Kills the server (SIGKILL: it cleans nothing up, as after a crash) and waits for it.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// The NBD URI of `export`.

@@ -1,19 +1,12 @@
-//! The FUSE export: a folder per device with `disk` (a regular file of disksize bytes) beside
-//! the kernel's attribute files ([`crate::sysfs`]), so `echo 1 > DIR/zram0/compact` and
-//! `cat DIR/zram0/mm_stat` work as on `/sys/block/zram0`.
+//! The file system: the root folder, a folder per device with `disk` and the attribute
+//! files, and sysfs's answers for what the tree does not allow, with the errnos a kernel's
+//! `/sys/block/zramN` gives root: creating a file `EACCES`; `mkdir`, `unlink`, `rmdir`,
+//! `rename`, `symlink`, `link` and `mknod` of anything but a regular file `EPERM`.
 //!
-//! Inodes: 1 is the root; device `i` has its folder at `16 (i + 1)`, its `disk` at the next
-//! number and its attributes after that. Every file is opened in direct-I/O mode so that
-//! nothing is cached twice: the disk's data stays compressed in zramd, not in the page cache.
-//!
-//! `disk` supports read, write, fsync and `fallocate`: punch-hole frees the whole pages of the
-//! range and zeroes its partial edges (the range reads back as zeroes), zero-range is
-//! write-zeroes, plain allocation inside the disk succeeds (nothing to allocate). An open
-//! `disk` holds the device open, so `reset` answers `EBUSY` meanwhile, as the kernel's does.
-//!
-//! After a crash the mount point is left behind ("Transport endpoint is not connected"):
-//! `zramd serve --fuse DIR` detaches such a stale mount itself; by hand,
-//! `fusermount3 -u DIR` or `umount -l DIR`.
+//! Every file is opened in direct-I/O mode so that nothing is cached twice: the disk's data
+//! stays compressed in zramd, not in the page cache. An open `disk` holds the device open,
+//! so `reset` answers `EBUSY` meanwhile, as the kernel's does. Opening an attribute file
+//! checks its mode even for root, as kernfs does.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -24,50 +17,20 @@ use std::time::{Duration, SystemTime};
 
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, LockOwner,
-    OpenAccMode, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
-    ReplyOpen, ReplyStatfs, ReplyWrite, Request, WriteFlags,
+    OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, WriteFlags,
 };
 use parking_lot::RwLock;
 
+use super::attr::Writers;
+use super::inode::{Node, ROOT, inode, node};
+use super::meta::{Change, Meta, MetaTable};
+use super::{attr, disk};
 use crate::device::Opened;
-use crate::export::{ExportSet, Op};
-use crate::sysfs::{self, ATTRS};
+use crate::export::ExportSet;
+use crate::sysfs::ATTRS;
 
 const TTL: Duration = Duration::from_secs(1);
-const ROOT: u64 = 1;
-const PER_DEVICE: u64 = 16;
-const DISK: u64 = 1;
-
-/// What an inode names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Node {
-    Root,
-    Dir(usize),
-    Disk(usize),
-    Attr(usize, usize),
-}
-
-fn node(ino: u64) -> Option<Node> {
-    if ino == ROOT {
-        return Some(Node::Root);
-    }
-    let dev = usize::try_from(ino / PER_DEVICE).ok()?.checked_sub(1)?;
-    match ino % PER_DEVICE {
-        0 => Some(Node::Dir(dev)),
-        DISK => Some(Node::Disk(dev)),
-        k if ((k - 2) as usize) < ATTRS.len() => Some(Node::Attr(dev, (k - 2) as usize)),
-        _ => None,
-    }
-}
-
-fn inode(n: Node) -> u64 {
-    match n {
-        Node::Root => ROOT,
-        Node::Dir(d) => (d as u64 + 1) * PER_DEVICE,
-        Node::Disk(d) => (d as u64 + 1) * PER_DEVICE + DISK,
-        Node::Attr(d, a) => (d as u64 + 1) * PER_DEVICE + 2 + a as u64,
-    }
-}
 
 /// The filesystem.
 #[derive(Debug)]
@@ -76,6 +39,10 @@ pub struct ZramFs {
     /// Open `disk` files by file handle; requests look up, open/release change.
     open_disks: RwLock<HashMap<u64, Opened>>,
     next_fh: AtomicU64,
+    /// Modes, owners and times set by `chmod`, `chown` and `touch`.
+    meta: MetaTable,
+    /// Attribute writes running now.
+    attr_writers: Writers,
     uid: u32,
     gid: u32,
     started: SystemTime,
@@ -83,11 +50,6 @@ pub struct ZramFs {
 
 fn errno(e: i32) -> Errno {
     Errno::from_i32(e)
-}
-
-/// The errno for a device error on the `disk` file: the device's own.
-fn io_errno(e: &zram::Error) -> Errno {
-    errno(e.errno())
 }
 
 impl ZramFs {
@@ -98,6 +60,8 @@ impl ZramFs {
             exports,
             open_disks: RwLock::new(HashMap::new()),
             next_fh: AtomicU64::new(1),
+            meta: MetaTable::default(),
+            attr_writers: Writers::default(),
             uid,
             gid,
             started: SystemTime::now(),
@@ -138,19 +102,30 @@ impl ZramFs {
                 .map_or(0, |z| z.mm_stat().mem_used_total / 512),
             _ => 0,
         };
+        let meta = self.meta.get(
+            inode(n),
+            Meta {
+                perm,
+                uid: self.uid,
+                gid: self.gid,
+                atime: self.started,
+                mtime: self.started,
+                ctime: self.started,
+            },
+        );
         Some(FileAttr {
             ino: INodeNo(inode(n)),
             size,
             blocks,
-            atime: self.started,
-            mtime: self.started,
-            ctime: self.started,
+            atime: meta.atime,
+            mtime: meta.mtime,
+            ctime: meta.ctime,
             crtime: self.started,
             kind,
-            perm,
+            perm: meta.perm,
             nlink,
-            uid: self.uid,
-            gid: self.gid,
+            uid: meta.uid,
+            gid: meta.gid,
             rdev: 0,
             blksize: 4096,
             flags: 0,
@@ -211,12 +186,12 @@ impl Filesystem for ZramFs {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _mode: Option<u32>,
-        _uid: Option<u32>,
-        _gid: Option<u32>,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
         size: Option<u64>,
-        _atime: Option<fuser::TimeOrNow>,
-        _mtime: Option<fuser::TimeOrNow>,
+        atime: Option<fuser::TimeOrNow>,
+        mtime: Option<fuser::TimeOrNow>,
         _ctime: Option<SystemTime>,
         _fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
@@ -225,14 +200,32 @@ impl Filesystem for ZramFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let Some(attr) = node(ino.0).and_then(|n| self.attr_of(n)) else {
+        let Some((n, attr)) = node(ino.0).and_then(|n| Some((n, self.attr_of(n)?))) else {
             return reply.error(Errno::ENOENT);
         };
-        match (node(ino.0), size) {
-            // A disk cannot change size; truncating to its own size (as `>` redirections of
-            // attribute files do, for attributes) is a no-op.
-            (Some(Node::Disk(_)), Some(s)) if s != attr.size => reply.error(errno(libc::EPERM)),
-            _ => reply.attr(&TTL, &attr),
+        // A disk cannot change size; truncating to its own size (as `>` redirections of
+        // attribute files do, for attributes) is a no-op.
+        if let (Node::Disk(_), Some(s)) = (n, size)
+            && s != attr.size
+        {
+            return reply.error(errno(libc::EPERM));
+        }
+        // Mode, owner and times are kept, as kernfs keeps them (the kernel has checked who
+        // may change them: the tree is mounted with default_permissions).
+        let change = Change {
+            mode,
+            uid,
+            gid,
+            atime,
+            mtime,
+        };
+        if change.is_empty() {
+            return reply.attr(&TTL, &attr);
+        }
+        self.meta.apply(ino.0, Meta::of(&attr), change);
+        match self.attr_of(n) {
+            Some(attr) => reply.attr(&TTL, &attr),
+            None => reply.error(Errno::ENOENT),
         }
     }
 
@@ -254,12 +247,13 @@ impl Filesystem for ZramFs {
                 self.open_disks.write().insert(fh, opened);
                 reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO);
             }
-            Some(Node::Attr(d, a)) => {
-                if self.export(d).is_none() {
+            Some(n @ Node::Attr(..)) => {
+                // kernfs checks the file's mode bits for every caller, root too.
+                let Some(attr) = self.attr_of(n) else {
                     return reply.error(Errno::ENOENT);
-                }
-                let attr = ATTRS[a];
-                if (wants_write && !attr.writable()) || (wants_read && !attr.readable()) {
+                };
+                if (wants_write && attr.perm & 0o222 == 0) || (wants_read && attr.perm & 0o444 == 0)
+                {
                     return reply.error(errno(libc::EACCES));
                 }
                 reply.opened(FileHandle(0), FopenFlags::FOPEN_DIRECT_IO);
@@ -280,38 +274,20 @@ impl Filesystem for ZramFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match node(ino.0) {
-            Some(Node::Disk(d)) => {
-                let (Some(e), Some(dev)) = (self.export(d), self.disk(fh)) else {
-                    return reply.error(errno(libc::EBADF));
-                };
-                let end = (offset.saturating_add(u64::from(size))).min(dev.disksize());
-                let len = end.saturating_sub(offset) as usize;
-                let mut buf = vec![0u8; len];
-                let start = std::time::Instant::now();
-                let r = dev.read(offset, &mut buf);
-                e.stats
-                    .record(Op::Read, len as u64, start.elapsed(), r.is_ok());
-                match r {
-                    Ok(()) => reply.data(&buf),
-                    Err(err) => reply.error(io_errno(&err)),
-                }
-            }
-            Some(Node::Attr(d, a)) => {
-                let Some(e) = self.export(d) else {
-                    return reply.error(Errno::ENOENT);
-                };
-                match sysfs::read(&e.device, ATTRS[a].name) {
-                    Ok(text) => {
-                        let bytes = text.as_bytes();
-                        let from = (offset as usize).min(bytes.len());
-                        let to = from.saturating_add(size as usize).min(bytes.len());
-                        reply.data(&bytes[from..to]);
-                    }
-                    Err(code) => reply.error(errno(code)),
-                }
-            }
-            _ => reply.error(errno(libc::EISDIR)),
+        let r = match node(ino.0) {
+            Some(Node::Disk(d)) => match (self.export(d), self.disk(fh)) {
+                (Some(e), Some(dev)) => disk::read(e, &dev, offset, size),
+                _ => Err(libc::EBADF),
+            },
+            Some(Node::Attr(d, a)) => match self.export(d) {
+                Some(e) => attr::read(&e.device, a, offset, size),
+                None => Err(libc::ENOENT),
+            },
+            _ => Err(libc::EISDIR),
+        };
+        match r {
+            Ok(data) => reply.data(&data),
+            Err(code) => reply.error(errno(code)),
         }
     }
 
@@ -328,34 +304,17 @@ impl Filesystem for ZramFs {
         reply: ReplyWrite,
     ) {
         match node(ino.0) {
-            Some(Node::Disk(d)) => {
-                let (Some(e), Some(dev)) = (self.export(d), self.disk(fh)) else {
-                    return reply.error(errno(libc::EBADF));
-                };
-                if e.read_only {
-                    return reply.error(errno(libc::EROFS));
-                }
-                let start = std::time::Instant::now();
-                let r = dev.write(offset, data);
-                e.stats
-                    .record(Op::Write, data.len() as u64, start.elapsed(), r.is_ok());
-                match r {
-                    Ok(()) => reply.written(u32::try_from(data.len()).unwrap_or(u32::MAX)),
-                    Err(err) => reply.error(io_errno(&err)),
-                }
-            }
-            Some(Node::Attr(d, a)) => {
-                let Some(e) = self.export(d) else {
-                    return reply.error(Errno::ENOENT);
-                };
-                if offset != 0 {
-                    return reply.error(errno(libc::EINVAL));
-                }
-                match sysfs::write(&e.device, ATTRS[a].name, data) {
-                    Ok(()) => reply.written(u32::try_from(data.len()).unwrap_or(u32::MAX)),
+            Some(Node::Disk(d)) => match (self.export(d), self.disk(fh)) {
+                (Some(e), Some(dev)) => match disk::write(e, &dev, offset, data) {
+                    Ok(n) => reply.written(n),
                     Err(code) => reply.error(errno(code)),
-                }
-            }
+                },
+                _ => reply.error(errno(libc::EBADF)),
+            },
+            Some(Node::Attr(d, a)) => match self.export(d) {
+                Some(e) => self.attr_writers.write(&e.device, a, data, reply),
+                None => reply.error(Errno::ENOENT),
+            },
             _ => reply.error(errno(libc::EISDIR)),
         }
     }
@@ -382,7 +341,7 @@ impl Filesystem for ZramFs {
         if let (Some(Node::Disk(_)), Some(dev)) = (node(ino.0), self.disk(fh))
             && let Err(e) = dev.flush()
         {
-            return reply.error(io_errno(&e));
+            return reply.error(errno(e.errno()));
         }
         reply.ok();
     }
@@ -399,6 +358,91 @@ impl Filesystem for ZramFs {
     ) {
         self.open_disks.write().remove(&fh.0);
         reply.ok();
+    }
+
+    // What sysfs refuses, with the errnos a kernel's /sys/block/zramN gives root.
+
+    fn create(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        reply.error(errno(libc::EACCES));
+    }
+
+    fn mknod(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        // A regular file is a create (EACCES without one), anything else EPERM.
+        let regular = matches!(mode & libc::S_IFMT, 0 | libc::S_IFREG);
+        reply.error(errno(if regular { libc::EACCES } else { libc::EPERM }));
+    }
+
+    fn mkdir(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        reply.error(errno(libc::EPERM));
+    }
+
+    fn unlink(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(errno(libc::EPERM));
+    }
+
+    fn rmdir(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(errno(libc::EPERM));
+    }
+
+    fn symlink(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _link_name: &OsStr,
+        _target: &Path,
+        reply: ReplyEntry,
+    ) {
+        reply.error(errno(libc::EPERM));
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _newparent: INodeNo,
+        _newname: &OsStr,
+        _flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(errno(libc::EPERM));
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _newparent: INodeNo,
+        _newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        reply.error(errno(libc::EPERM));
     }
 
     fn readdir(
@@ -478,95 +522,13 @@ impl Filesystem for ZramFs {
         let (Some(Node::Disk(d)), Some(dev)) = (node(ino.0), self.disk(fh)) else {
             return reply.error(errno(libc::EOPNOTSUPP));
         };
-        let Some(e) = self.export(d) else {
-            return reply.error(Errno::ENOENT);
-        };
-        if e.read_only {
-            return reply.error(errno(libc::EROFS));
-        }
-        let start = std::time::Instant::now();
-        let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
-        let r = if mode & libc::FALLOC_FL_PUNCH_HOLE != 0 && keep {
-            Some((Op::Trim, dev.write_zeroes(offset, length)))
-        } else if mode & libc::FALLOC_FL_ZERO_RANGE != 0 {
-            Some((Op::WriteZeroes, dev.write_zeroes(offset, length)))
-        } else if mode & !libc::FALLOC_FL_KEEP_SIZE == 0 {
-            // Allocation: every byte of the disk is always there.
-            match offset.checked_add(length) {
-                Some(end) if end <= dev.disksize() => None,
-                _ => return reply.error(errno(libc::EFBIG)),
-            }
-        } else {
-            return reply.error(errno(libc::EOPNOTSUPP));
+        let r = match self.export(d) {
+            Some(e) => disk::fallocate(e, &dev, offset, length, mode),
+            None => Err(libc::ENOENT),
         };
         match r {
-            None => reply.ok(),
-            Some((op, result)) => {
-                e.stats.record(op, length, start.elapsed(), result.is_ok());
-                match result {
-                    Ok(()) => reply.ok(),
-                    Err(err) => reply.error(io_errno(&err)),
-                }
-            }
+            Ok(()) => reply.ok(),
+            Err(code) => reply.error(errno(code)),
         }
-    }
-}
-
-/// Detaches a stale FUSE mount (left by a crashed server) at `dir`, if there is one.
-pub fn clear_stale_mount(dir: &Path) {
-    if let Err(e) = std::fs::metadata(dir)
-        && e.raw_os_error() == Some(libc::ENOTCONN)
-    {
-        tracing::warn!("{} is a stale FUSE mount; detaching it", dir.display());
-        let detached = std::process::Command::new("fusermount3")
-            .args(["-u", "-z"])
-            .arg(dir)
-            .status()
-            .is_ok_and(|s| s.success());
-        if !detached {
-            let _ = std::process::Command::new("umount")
-                .arg("-l")
-                .arg(dir)
-                .status();
-        }
-    }
-}
-
-/// Mounts the exports at `dir`; the mount lasts until the returned session is dropped or
-/// unmounted.
-pub fn mount(exports: Arc<ExportSet>, dir: &Path) -> std::io::Result<fuser::BackgroundSession> {
-    clear_stale_mount(dir);
-    let mut config = fuser::Config::default();
-    config.mount_options = vec![
-        fuser::MountOption::FSName("zramd".into()),
-        fuser::MountOption::Subtype("zramd".into()),
-        fuser::MountOption::NoDev,
-        fuser::MountOption::NoSuid,
-    ];
-    config.n_threads = Some(
-        std::thread::available_parallelism()
-            .map_or(2, usize::from)
-            .max(2),
-    );
-    fuser::spawn_mount(ZramFs::new(exports), dir, &config)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn inode_numbers_round_trip() {
-        for n in [
-            Node::Root,
-            Node::Dir(0),
-            Node::Disk(0),
-            Node::Attr(0, 0),
-            Node::Attr(3, ATTRS.len() - 1),
-        ] {
-            assert_eq!(node(inode(n)), Some(n));
-        }
-        assert_eq!(node(0), None);
-        assert_eq!(node(PER_DEVICE + 2 + ATTRS.len() as u64), None);
     }
 }

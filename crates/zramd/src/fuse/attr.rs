@@ -1,0 +1,72 @@
+//! Attribute files' I/O, as sysfs does it: a read shows the attribute's text from the
+//! offset on; a write stores at most a page (a longer one is short) and ignores the offset,
+//! so `echo 1 >> compact` works. A file with no read side opened for reading after a
+//! `chmod` (or no write side, for writing) answers `EIO`, as kernfs does.
+//!
+//! Each write runs on a thread of its own, so that a slow store (a dictionary read from a
+//! slow file system, a compaction, a reset freeing gigabytes) holds none of the FUSE
+//! session's threads: they go on serving every other request meanwhile. At most
+//! [`MAX_WRITES`] run at once; more are refused with `EBUSY` until one ends.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use fuser::{Errno, ReplyWrite};
+
+use crate::device::Device;
+use crate::sysfs::{self, ATTRS};
+
+/// The most bytes one write stores, as sysfs: a page.
+pub const WRITE_MAX: usize = 4096;
+/// Attribute writes running at once, at most.
+pub const MAX_WRITES: usize = 64;
+
+/// Up to `size` bytes of attribute `a`'s text from `offset` on.
+pub fn read(device: &Device, a: usize, offset: u64, size: u32) -> Result<Vec<u8>, i32> {
+    if !ATTRS[a].readable() {
+        return Err(libc::EIO);
+    }
+    let text = sysfs::read(device, ATTRS[a].name)?.into_bytes();
+    let from = usize::try_from(offset)
+        .unwrap_or(usize::MAX)
+        .min(text.len());
+    let to = from.saturating_add(size as usize).min(text.len());
+    Ok(text[from..to].to_vec())
+}
+
+/// The attribute writes running now.
+#[derive(Debug, Default)]
+pub struct Writers {
+    running: Arc<AtomicUsize>,
+}
+
+impl Writers {
+    /// Stores `data` (its first page) into attribute `a` on a thread of its own; `reply`
+    /// is answered there.
+    pub fn write(&self, device: &Arc<Device>, a: usize, data: &[u8], reply: ReplyWrite) {
+        let name = ATTRS[a].name;
+        if !ATTRS[a].writable() {
+            return reply.error(Errno::from_i32(libc::EIO));
+        }
+        if self.running.fetch_add(1, Ordering::AcqRel) >= MAX_WRITES {
+            self.running.fetch_sub(1, Ordering::AcqRel);
+            return reply.error(Errno::from_i32(libc::EBUSY));
+        }
+        let data = data[..data.len().min(WRITE_MAX)].to_vec();
+        let (device, running) = (Arc::clone(device), Arc::clone(&self.running));
+        let spawned = std::thread::Builder::new()
+            .name("zramd-attr".into())
+            .spawn(move || {
+                match sysfs::write(&device, name, &data) {
+                    Ok(()) => reply.written(data.len() as u32),
+                    Err(code) => reply.error(Errno::from_i32(code)),
+                }
+                running.fetch_sub(1, Ordering::AcqRel);
+            });
+        if let Err(err) = spawned {
+            // The reply went with the closure: fuser answers a dropped reply with EIO.
+            tracing::warn!("cannot start a thread for a write to {name}: {err}");
+            self.running.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}

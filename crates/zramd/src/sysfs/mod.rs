@@ -1,0 +1,538 @@
+//! The kernel zram's attribute files (`/sys/block/zramN/*`) over a [`Device`]: the same
+//! names, modes, formats and errors, so that zram users' scripts keep working against the
+//! FUSE control tree. One file is ours, after the kernel's: `unit_size`, the bytes
+//! compressed as one stream, set like `comp_algorithm` while the device is uninitialized.
+//!
+//! Each attribute reads what is written as the kernel's `store` function does: the bytes as
+//! a C string; sizes by `memparse`, numbers by `kstrtou16`/`kstrtoul` ([`parse`]), names
+//! with one trailing newline dropped. `algorithm_params` checks its words and the device's
+//! state before it touches a dictionary file, and reads that file within bounds ([`dict`]).
+
+mod dict;
+mod parse;
+
+pub use dict::{MAX_DICT_BYTES, read_dictionary};
+pub use parse::{kstrtoull, memparse};
+
+use zram::Algorithm;
+use zram::stats::{IoStat, MmStat, format_debug_stat};
+
+use crate::device::{Device, DeviceError};
+
+/// One attribute file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attr {
+    /// File name.
+    pub name: &'static str,
+    /// Permission bits, as the kernel's.
+    pub mode: u16,
+}
+
+impl Attr {
+    /// Can it be read?
+    pub fn readable(&self) -> bool {
+        self.mode & 0o444 != 0
+    }
+    /// Can it be written?
+    pub fn writable(&self) -> bool {
+        self.mode & 0o222 != 0
+    }
+}
+
+/// The attributes, in the order a directory listing shows them.
+pub const ATTRS: [Attr; 12] = [
+    Attr {
+        name: "disksize",
+        mode: 0o644,
+    },
+    Attr {
+        name: "initstate",
+        mode: 0o444,
+    },
+    Attr {
+        name: "reset",
+        mode: 0o200,
+    },
+    Attr {
+        name: "comp_algorithm",
+        mode: 0o644,
+    },
+    Attr {
+        name: "algorithm_params",
+        mode: 0o200,
+    },
+    Attr {
+        name: "mem_limit",
+        mode: 0o200,
+    },
+    Attr {
+        name: "mem_used_max",
+        mode: 0o200,
+    },
+    Attr {
+        name: "compact",
+        mode: 0o200,
+    },
+    Attr {
+        name: "mm_stat",
+        mode: 0o444,
+    },
+    Attr {
+        name: "io_stat",
+        mode: 0o444,
+    },
+    Attr {
+        name: "debug_stat",
+        mode: 0o444,
+    },
+    Attr {
+        name: "unit_size",
+        mode: 0o644,
+    },
+];
+
+/// The attribute with this name.
+pub fn attr(name: &str) -> Option<Attr> {
+    ATTRS.into_iter().find(|a| a.name == name)
+}
+
+/// Reads an attribute. `Err` carries an errno.
+pub fn read(dev: &Device, name: &str) -> Result<String, i32> {
+    let a = attr(name).ok_or(libc::ENOENT)?;
+    if !a.readable() {
+        return Err(libc::EACCES);
+    }
+    let zram = dev.zram();
+    Ok(match name {
+        "disksize" => format!("{}\n", zram.as_ref().map_or(0, |z| z.disksize())),
+        "initstate" => format!("{}\n", u8::from(zram.is_some())),
+        "comp_algorithm" => {
+            let current = dev.settings().algorithm;
+            let mut s = String::new();
+            for alg in Algorithm::ALL {
+                if alg == current {
+                    s.push_str(&format!("[{alg}] "));
+                } else {
+                    s.push_str(&format!("{alg} "));
+                }
+            }
+            s.push('\n');
+            s
+        }
+        "mm_stat" => zram.map_or_else(|| MmStat::default().format(), |z| z.mm_stat().format()),
+        "io_stat" => zram.map_or_else(|| IoStat::default().format(), |z| z.io_stat().format()),
+        "debug_stat" => format_debug_stat(),
+        "unit_size" => format!("{}\n", dev.settings().unit_size.bytes()),
+        _ => return Err(libc::EACCES),
+    })
+}
+
+/// Writes an attribute. `Err` carries an errno. The value is what the kernel's `store`
+/// function would see: the bytes written, as a C string (up to the first NUL).
+pub fn write(dev: &Device, name: &str, value: &[u8]) -> Result<(), i32> {
+    let a = attr(name).ok_or(libc::ENOENT)?;
+    if !a.writable() {
+        return Err(libc::EACCES);
+    }
+    let value = value.split(|&b| b == 0).next().unwrap_or_default();
+    store(dev, name, value).map_err(|e| e.errno())
+}
+
+/// A value that does not parse for `attr`, shown as text.
+fn invalid(attr: &'static str, value: &[u8]) -> DeviceError {
+    DeviceError::invalid(attr, String::from_utf8_lossy(value))
+}
+
+/// The algorithm of exactly this name (the kernel compares names byte for byte).
+fn algorithm(name: &[u8]) -> Result<Algorithm, DeviceError> {
+    Algorithm::ALL
+        .into_iter()
+        .find(|a| a.name().as_bytes() == name)
+        .ok_or_else(|| zram::Error::UnknownAlgorithm(String::from_utf8_lossy(name).into()).into())
+}
+
+/// A size as `mem_limit` reads it: `memparse`, and no number at all is `EINVAL`.
+fn size_value(attr: &'static str, value: &[u8]) -> Result<u64, DeviceError> {
+    match memparse(value) {
+        (_, 0) => Err(invalid(attr, value)),
+        (bytes, _) => Ok(bytes),
+    }
+}
+
+/// Each attribute parses its value as the kernel's `store` function does.
+fn store(dev: &Device, name: &str, value: &[u8]) -> Result<(), DeviceError> {
+    match name {
+        "disksize" => {
+            // The kernel: `memparse(buf, NULL)`, and 0 (no number, or 0) is EINVAL.
+            let size = match memparse(value).0 {
+                0 => return Err(invalid("disksize", value)),
+                n => zram::size::page_align(n).ok_or_else(|| invalid("disksize", value))?,
+            };
+            dev.init(size)
+        }
+        "reset" => match kstrtoull(value, u64::from(u16::MAX)) {
+            Ok(0) => Err(invalid("reset", value)),
+            Ok(_) => dev.reset(),
+            Err(libc::ERANGE) => Err(DeviceError::Range {
+                attr: "reset",
+                value: String::from_utf8_lossy(value).into_owned(),
+            }),
+            Err(_) => Err(invalid("reset", value)),
+        },
+        "comp_algorithm" => {
+            // The kernel drops one trailing newline and looks the rest up.
+            let alg = algorithm(value.strip_suffix(b"\n").unwrap_or(value))?;
+            dev.update_settings(|s| {
+                s.algorithm = alg;
+                Ok(())
+            })
+        }
+        "algorithm_params" => store_algorithm_params(dev, value),
+        "mem_limit" => {
+            dev.set_mem_limit(size_value("mem_limit", value)?);
+            Ok(())
+        }
+        "unit_size" => {
+            let bytes = size_value("unit_size", value)?;
+            zram::config::check_unit_size(bytes)?;
+            dev.update_settings(|s| {
+                s.unit_size = zram::Size(bytes);
+                Ok(())
+            })
+        }
+        "mem_used_max" => match kstrtoull(value, u64::MAX) {
+            Ok(0) => {
+                if let Some(z) = dev.zram() {
+                    z.reset_mem_used_max();
+                }
+                Ok(())
+            }
+            _ => Err(invalid("mem_used_max", value)),
+        },
+        // The kernel's compact_store reads nothing of what was written.
+        "compact" => match dev.zram() {
+            Some(z) => {
+                z.compact();
+                Ok(())
+            }
+            None => Err(DeviceError::NotInitialized),
+        },
+        _ => Err(DeviceError::invalid("attribute", name)),
+    }
+}
+
+/// `algorithm_params`: `algo=`, `priority=0`, `level=`, `dict=PATH`, separated by blanks.
+/// Everything is checked before the dictionary file is touched: the words, then the
+/// device's state (`EBUSY` once initialized: the parameters are the device's from then on).
+fn store_algorithm_params(dev: &Device, value: &[u8]) -> Result<(), DeviceError> {
+    let bad = |what: &[u8]| invalid("algorithm_params", what);
+    let (mut level, mut dict_path) = (None, None);
+    for kv in value
+        .split(u8::is_ascii_whitespace)
+        .filter(|w| !w.is_empty())
+    {
+        let eq = kv.iter().position(|&b| b == b'=').ok_or_else(|| bad(kv))?;
+        let (k, v) = (&kv[..eq], &kv[eq + 1..]);
+        let text = || std::str::from_utf8(v).map_err(|_| bad(kv));
+        match k {
+            _ if v.is_empty() => return Err(bad(kv)),
+            b"priority" if v == b"0" => {}
+            b"algo" => {
+                if algorithm(v)? != dev.settings().algorithm {
+                    return Err(bad(kv));
+                }
+            }
+            b"level" => level = Some(text()?.parse::<i32>().map_err(|_| bad(kv))?),
+            b"dict" => dict_path = Some(v),
+            _ => return Err(bad(kv)),
+        }
+    }
+    if dev.initialized() {
+        return Err(DeviceError::Busy);
+    }
+    let dict = dict_path
+        .map(read_dictionary)
+        .transpose()?
+        .map(std::sync::Arc::new);
+    dev.update_settings(|s| {
+        s.params.level = level;
+        s.params.dictionary = dict;
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zram::ZramConfig;
+
+    #[test]
+    fn attributes_behave_as_the_kernels() {
+        let d = Device::new("zram0", ZramConfig::default());
+        assert_eq!(read(&d, "initstate").unwrap(), "0\n");
+        assert_eq!(read(&d, "disksize").unwrap(), "0\n");
+        assert_eq!(
+            read(&d, "comp_algorithm").unwrap(),
+            "lzo-rle lzo [lz4] zstd \n"
+        );
+        assert_eq!(read(&d, "reset"), Err(libc::EACCES));
+        assert_eq!(write(&d, "mm_stat", b"1"), Err(libc::EACCES));
+        assert_eq!(
+            write(&d, "compact", b"1\n"),
+            Err(libc::EINVAL),
+            "compact needs an initialized device"
+        );
+        assert_eq!(write(&d, "comp_algorithm", b"deflate\n"), Err(libc::EINVAL));
+        write(&d, "comp_algorithm", b"zstd\n").unwrap();
+        write(&d, "algorithm_params", b"algo=zstd level=5\n").unwrap();
+        assert_eq!(
+            write(&d, "algorithm_params", b"colour=blue\n"),
+            Err(libc::EINVAL)
+        );
+        assert_eq!(write(&d, "disksize", b"0\n"), Err(libc::EINVAL));
+        assert_eq!(write(&d, "disksize", b"lots\n"), Err(libc::EINVAL));
+        write(&d, "disksize", b"1M\n").unwrap();
+        assert_eq!(read(&d, "initstate").unwrap(), "1\n");
+        assert_eq!(read(&d, "disksize").unwrap(), "1048576\n");
+        assert_eq!(write(&d, "disksize", b"2M\n"), Err(libc::EBUSY));
+        assert_eq!(write(&d, "comp_algorithm", b"lz4\n"), Err(libc::EBUSY));
+        assert_eq!(d.zram().unwrap().params().level, Some(5));
+        write(&d, "mem_limit", b"512K\n").unwrap();
+        assert_eq!(write(&d, "mem_limit", b"x\n"), Err(libc::EINVAL));
+        assert_eq!(write(&d, "mem_used_max", b"5\n"), Err(libc::EINVAL));
+        write(&d, "mem_used_max", b"0\n").unwrap();
+        write(&d, "compact", b"1\n").unwrap();
+        let mm: Vec<u64> = read(&d, "mm_stat")
+            .unwrap()
+            .split_whitespace()
+            .map(|f| f.parse().unwrap())
+            .collect();
+        assert_eq!(mm[3], 512 * 1024, "mem_limit shows in mm_stat");
+        assert_eq!(
+            read(&d, "io_stat").unwrap(),
+            "       0        0 0        0\n"
+        );
+        assert_eq!(write(&d, "reset", b"0\n"), Err(libc::EINVAL));
+        assert_eq!(write(&d, "reset", b"yes\n"), Err(libc::EINVAL));
+        let opened = d.open().unwrap();
+        assert_eq!(write(&d, "reset", b"1\n"), Err(libc::EBUSY));
+        drop(opened);
+        write(&d, "reset", b"1\n").unwrap();
+        assert_eq!(read(&d, "initstate").unwrap(), "0\n");
+        assert_eq!(read(&d, "nonsense"), Err(libc::ENOENT));
+    }
+
+    #[test]
+    fn unit_size_is_set_while_uninitialized() {
+        let d = Device::new("zram0", ZramConfig::default());
+        assert_eq!(read(&d, "unit_size").unwrap(), "4096\n");
+        for bad in ["3K", "2K", "256K", "0", "lots", ""] {
+            assert_eq!(
+                write(&d, "unit_size", bad.as_bytes()),
+                Err(libc::EINVAL),
+                "{bad}"
+            );
+        }
+        write(&d, "unit_size", b"32K\n").unwrap();
+        assert_eq!(read(&d, "unit_size").unwrap(), "32768\n");
+        // A unit larger than the disk: the disksize write is refused.
+        assert_eq!(write(&d, "disksize", b"16K\n"), Err(libc::EINVAL));
+        assert_eq!(read(&d, "initstate").unwrap(), "0\n");
+        write(&d, "disksize", b"1M\n").unwrap();
+        assert_eq!(d.zram().unwrap().unit_size(), 32 * 1024);
+        assert_eq!(write(&d, "unit_size", b"64K\n"), Err(libc::EBUSY));
+        assert_eq!(write(&d, "unit_size", b"5K\n"), Err(libc::EINVAL));
+        assert_eq!(read(&d, "unit_size").unwrap(), "32768\n");
+        // Data goes through the units.
+        let opened = d.open().unwrap();
+        opened.write(40_000, &[3u8; 5000]).unwrap();
+        let mut back = [0u8; 5002];
+        opened.read(39_999, &mut back).unwrap();
+        assert_eq!((back[0], back[1], back[5000], back[5001]), (0, 3, 3, 0));
+        drop(opened);
+        write(&d, "reset", b"1\n").unwrap();
+        write(&d, "unit_size", b"4K\n").unwrap();
+        assert_eq!(read(&d, "unit_size").unwrap(), "4096\n");
+    }
+
+    /// The sizes and the errnos are the kernel's: each case was written to
+    /// `/sys/block/zramN/{mem_limit,disksize}` of a hot-added kernel 6.18 device and read
+    /// back from its `mm_stat` and `disksize`.
+    #[test]
+    fn sizes_parse_as_the_kernels_memparse() {
+        let d = Device::new("zram0", ZramConfig::default());
+        let limit = |d: &Device| d.zram().unwrap().mm_stat().mem_limit;
+        for (bad, errno) in [
+            (" 1M", libc::EINVAL),
+            ("lots", libc::EINVAL),
+            ("0", libc::EINVAL),
+        ] {
+            assert_eq!(write(&d, "disksize", bad.as_bytes()), Err(errno), "{bad:?}");
+        }
+        assert_eq!(
+            write(&d, "disksize", b"16E"),
+            Err(libc::EINVAL),
+            "wraps to 0"
+        );
+        for (text, size) in [("0x100000", 1 << 20), ("010000", 4096), ("1Mxyz", 1 << 20)] {
+            write(&d, "disksize", text.as_bytes()).unwrap();
+            assert_eq!(
+                read(&d, "disksize").unwrap(),
+                format!("{size}\n"),
+                "{text:?}"
+            );
+            write(&d, "reset", b"1").unwrap();
+        }
+        write(&d, "disksize", b"1M").unwrap();
+        // mm_stat shows the limit in whole pages, as the kernel's does.
+        for (text, shown) in [
+            ("0x10M", 16 << 20),
+            ("010", 4096),
+            ("1Kxyz", 4096),
+            ("16E", 0),
+            ("plenty", 0),
+        ] {
+            write(&d, "mem_limit", text.as_bytes()).unwrap();
+            assert_eq!(limit(&d), shown, "{text:?}");
+        }
+        for bad in [" 1M", "-1", "lots", ""] {
+            assert_eq!(
+                write(&d, "mem_limit", bad.as_bytes()),
+                Err(libc::EINVAL),
+                "{bad:?}"
+            );
+        }
+        write(&d, "unit_size", b"1M").unwrap_err();
+        write(&d, "reset", b"1").unwrap();
+        write(&d, "unit_size", b"0x2000 and more").unwrap();
+        assert_eq!(read(&d, "unit_size").unwrap(), "8192\n");
+    }
+
+    /// `reset` and `mem_used_max` read numbers as the kernel's `kstrtou16`/`kstrtoul`;
+    /// `comp_algorithm` drops one newline; `compact` reads nothing. The errnos are the
+    /// kernel 6.18's, from the same writes to a hot-added device.
+    #[test]
+    fn numbers_parse_as_the_kernels_kstrto() {
+        let d = Device::new("zram0", ZramConfig::default());
+        for (text, want) in [
+            ("70000", Err(libc::ERANGE)),
+            ("65536", Err(libc::ERANGE)),
+            ("99999999999999999999", Err(libc::ERANGE)),
+            ("70000x", Err(libc::EINVAL)),
+            (" 1", Err(libc::EINVAL)),
+            ("1 ", Err(libc::EINVAL)),
+            ("1\n\n", Err(libc::EINVAL)),
+            ("0x1", Err(libc::EINVAL)),
+            ("yes", Err(libc::EINVAL)),
+            ("0", Err(libc::EINVAL)),
+            ("", Err(libc::EINVAL)),
+            ("65535\n", Ok(())),
+            ("+1", Ok(())),
+            ("1\0garbage", Ok(())),
+        ] {
+            assert_eq!(write(&d, "reset", text.as_bytes()), want, "reset {text:?}");
+        }
+        assert_eq!(kstrtoull(b"18446744073709551615\n", u64::MAX), Ok(u64::MAX));
+        assert_eq!(
+            kstrtoull(b"18446744073709551616", u64::MAX),
+            Err(libc::ERANGE)
+        );
+        assert_eq!(write(&d, "comp_algorithm", b"zstd "), Err(libc::EINVAL));
+        assert_eq!(write(&d, "comp_algorithm", b"zstd\n\n"), Err(libc::EINVAL));
+        write(&d, "comp_algorithm", b"zstd\n").unwrap();
+        write(&d, "disksize", b"1M").unwrap();
+        write(&d, "compact", b"anything at all").unwrap();
+        for bad in ["5", "0 ", "-0", "x"] {
+            assert_eq!(write(&d, "mem_used_max", bad.as_bytes()), Err(libc::EINVAL));
+        }
+        write(&d, "mem_used_max", b"+0\n").unwrap();
+    }
+
+    /// Runs `write(dev, "algorithm_params", value)` on a thread and gives its answer; if it
+    /// has none after a minute (it is stuck), `unstick` runs and the test fails.
+    fn params_write(
+        dev: &std::sync::Arc<Device>,
+        value: &str,
+        unstick: impl FnOnce(),
+    ) -> Result<(), i32> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (d, v) = (std::sync::Arc::clone(dev), value.to_owned());
+        std::thread::spawn(move || tx.send(write(&d, "algorithm_params", v.as_bytes())));
+        match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+            Ok(r) => r,
+            Err(_) => {
+                unstick();
+                panic!("algorithm_params {value:?} is stuck");
+            }
+        }
+    }
+
+    #[test]
+    fn dictionaries_are_regular_files_of_bounded_size() {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = |name: &str| dir.path().join(name).display().to_string();
+        let fifo = path("fifo");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+        // Opening the FIFO's writing end lets a reader stuck in its open go on.
+        let unstick = || {
+            let _ = std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(&fifo);
+        };
+        std::fs::write(path("empty"), b"").unwrap();
+        std::fs::write(path("big"), vec![7u8; MAX_DICT_BYTES as usize + 1]).unwrap();
+        std::fs::write(path("max"), vec![7u8; MAX_DICT_BYTES as usize]).unwrap();
+        let words: Vec<u8> = b"zram keeps pages compressed. ".repeat(3000);
+        std::fs::write(path("dict"), &words).unwrap();
+
+        let d = std::sync::Arc::new(Device::new("zram0", ZramConfig::default()));
+        write(&d, "comp_algorithm", b"zstd").unwrap();
+        // Not a regular file: EINVAL, as the kernel's (which blocks on a FIFO first), and
+        // at once: nothing waits for a FIFO's writer, nothing reads /dev/zero for ever.
+        for (what, dict) in [
+            ("a FIFO", fifo.clone()),
+            ("/dev/zero", "/dev/zero".into()),
+            ("a directory", dir.path().display().to_string()),
+            ("a missing file", path("missing")),
+            ("an empty file", path("empty")),
+            ("a file over the limit", path("big")),
+        ] {
+            let value = format!("algo=zstd dict={dict}");
+            assert_eq!(
+                params_write(&d, &value, unstick),
+                Err(libc::EINVAL),
+                "{what}"
+            );
+        }
+        assert!(d.settings().params.dictionary.is_none(), "nothing was kept");
+        params_write(&d, &format!("algo=zstd dict={}", path("max")), unstick).unwrap();
+        assert_eq!(
+            d.settings().params.dictionary.map(|b| b.len()),
+            Some(MAX_DICT_BYTES as usize)
+        );
+        params_write(
+            &d,
+            &format!("algo=zstd level=9 dict={}", path("dict")),
+            unstick,
+        )
+        .unwrap();
+        write(&d, "disksize", b"1M").unwrap();
+        let dict = d.zram().unwrap().params().dictionary.clone();
+        assert_eq!(dict.map(|b| b.len()), Some(words.len()));
+        // Initialized: EBUSY before the file is touched (a FIFO would block, a missing file
+        // would be EINVAL).
+        for dict in [fifo.as_str(), "/dev/zero", &path("missing"), &path("dict")] {
+            let value = format!("algo=zstd dict={dict}");
+            assert_eq!(
+                params_write(&d, &value, unstick),
+                Err(libc::EBUSY),
+                "{dict}"
+            );
+        }
+        // The words are still checked first.
+        assert_eq!(params_write(&d, "colour=blue", unstick), Err(libc::EINVAL));
+    }
+}
