@@ -231,6 +231,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_size_no_memory_can_hold_is_enomem_and_the_device_stays_usable() {
+        let d = Device::new("zram0", ZramConfig::default());
+        // 8 EiB: its slot table (32 PiB) is larger than any address space, whatever the
+        // machine's overcommit setting; the allocation fails and nothing aborts.
+        let e = d.init(8 << 60).unwrap_err();
+        assert_eq!(e.errno(), libc::ENOMEM, "{e}");
+        assert!(e.to_string().contains("slot table"), "{e}");
+        assert!(!d.initialized());
+        d.init(1 << 20).unwrap();
+        d.open().unwrap().write(0, &[5u8; 4096]).unwrap();
+    }
+
+    #[test]
     fn life_cycle_follows_the_kernel() {
         let d = Device::new("zram0", ZramConfig::default());
         assert!(!d.initialized());

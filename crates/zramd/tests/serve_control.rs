@@ -506,3 +506,33 @@ fn nbd_limits_from_options_and_config_file_with_warnings_summed_up() {
         served.stop();
     }
 }
+
+/// A size no memory can hold is a clear error at start, not an abort: the slot table's
+/// allocation fails (8 EiB: a 32 PiB table, past any address space) and `serve` says so.
+#[test]
+fn serve_with_a_size_no_memory_holds_fails_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = common::run::run(
+        std::process::Command::new(env!("CARGO_BIN_EXE_zramd"))
+            .args(["serve", "--size", "8E", "--unix"])
+            .arg(dir.path().join("nbd.sock"))
+            .arg("--control")
+            .arg(dir.path().join("control.sock")),
+        Duration::from_secs(60),
+    );
+    assert!(!out.ok, "{out:?}");
+    assert!(
+        out.stderr.contains("no memory for the slot table"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        !out.stderr.contains("memory allocation of"),
+        "aborted: {}",
+        out.stderr
+    );
+    assert!(
+        !dir.path().join("nbd.sock").exists(),
+        "a failed start leaves no socket"
+    );
+}
