@@ -297,7 +297,12 @@ impl Server {
 
         let registry = Arc::new(registry);
         let shutdown = Arc::new(AtomicBool::new(false));
-        let service = Service::new(Arc::clone(registry.exports()), options.settings.nbd.clone());
+        let tls = options.settings.nbd.load_tls().context("NBD TLS")?;
+        let service = Service::with_tls(
+            Arc::clone(registry.exports()),
+            options.settings.nbd.clone(),
+            tls,
+        );
         let mut threads = Vec::new();
         let mut spawn = |name: &str, f: Box<dyn FnOnce() + Send>| -> anyhow::Result<()> {
             let t = std::thread::Builder::new()

@@ -8,6 +8,7 @@
 //! neither a connection slot nor memory for long.
 
 use std::io;
+use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,6 +16,7 @@ use tracing::{debug, warn};
 
 use super::ServerConfig;
 use super::proto::*;
+use super::tls::Tls;
 use crate::device::Opened;
 use crate::export::{Export, ExportSet};
 use crate::stream::{Conn, deadline_in, discard_by, read_exact_by, write_all_by};
@@ -50,6 +52,9 @@ pub(crate) struct Session {
     pub structured: bool,
     /// `base:allocation` was selected for this export.
     pub block_status: bool,
+    /// After `NBD_OPT_STARTTLS`: the plain side of the TLS session, which transmission
+    /// then uses instead of the client's socket.
+    pub plain: Option<UnixStream>,
 }
 
 /// Negotiation state.
@@ -69,6 +74,9 @@ struct Negotiation<'a, C> {
     deadline: Instant,
     peer: &'a str,
     state: State,
+    /// TLS as offered, and whether this connection runs it already.
+    tls: Option<&'a Tls>,
+    secure: bool,
 }
 
 /// Runs the handshake. `Ok(None)`: the session ended (abort, protocol violation, unknown
@@ -77,6 +85,7 @@ pub(crate) fn negotiate<C: Conn>(
     conn: &mut C,
     exports: &ExportSet,
     config: &ServerConfig,
+    tls: Option<&Tls>,
     peer: &str,
 ) -> io::Result<Option<Session>> {
     // No limit, or an absurdly long one, is a day.
@@ -88,6 +97,8 @@ pub(crate) fn negotiate<C: Conn>(
         deadline,
         peer,
         state: State::default(),
+        tls,
+        secure: false,
     };
     write_all_by(
         n.conn,
@@ -162,8 +173,57 @@ impl<C: Conn> Negotiation<'_, C> {
         }
     }
 
+    /// Handles `NBD_OPT_STARTTLS`: acknowledges it, runs the TLS handshake and the rest of
+    /// the negotiation over TLS (what was agreed before is forgotten, as proto.md asks).
+    fn start_tls(&mut self, data: &[u8]) -> io::Result<Option<Option<Session>>> {
+        let Some(tls) = self.tls else {
+            self.error(OPT_STARTTLS, REP_ERR_UNSUP, "TLS is not offered")?;
+            return Ok(None);
+        };
+        if !data.is_empty() || self.secure {
+            let why = "NBD_OPT_STARTTLS takes no data and comes once";
+            self.error(OPT_STARTTLS, REP_ERR_INVALID, why)?;
+            return Ok(None);
+        }
+        self.reply(OPT_STARTTLS, REP_ACK, &[])?;
+        let mut plain = tls.start(self.conn, self.deadline)?;
+        let outcome = Negotiation {
+            conn: &mut plain,
+            exports: self.exports,
+            max_request: self.max_request,
+            deadline: self.deadline,
+            peer: self.peer,
+            state: State {
+                no_zeroes: self.state.no_zeroes,
+                ..State::default()
+            },
+            tls: self.tls,
+            secure: true,
+        }
+        .options()?;
+        Ok(Some(outcome.map(|session| Session {
+            plain: Some(plain),
+            ..session
+        })))
+    }
+
     /// Handles one option; `Some` ends the handshake.
     fn option(&mut self, option: u32, data: &[u8]) -> io::Result<Option<Option<Session>>> {
+        if option == OPT_STARTTLS {
+            return self.start_tls(data);
+        }
+        if self.tls.is_some_and(|t| t.require) && !self.secure && option != OPT_ABORT {
+            if option == OPT_EXPORT_NAME {
+                warn!(peer = self.peer, "nbd: EXPORT_NAME without TLS; closing");
+                return Ok(Some(None));
+            }
+            self.error(
+                option,
+                REP_ERR_TLS_REQD,
+                "TLS is required: NBD_OPT_STARTTLS first",
+            )?;
+            return Ok(None);
+        }
         match option {
             OPT_EXPORT_NAME => {
                 let export = parse_string(data)
@@ -238,6 +298,7 @@ impl<C: Conn> Negotiation<'_, C> {
             dev,
             structured: self.state.structured,
             block_status,
+            plain: None,
         })
     }
 

@@ -38,6 +38,7 @@ pub mod handshake;
 pub mod proto;
 pub mod rules;
 mod server;
+pub mod tls;
 pub mod transmission;
 
 pub use server::{Service, Stats};
@@ -78,6 +79,43 @@ pub struct ServerConfig {
     /// for room beyond it.
     #[arg(long, default_value_t = ServerConfig::DEFAULT.max_in_flight)]
     pub max_in_flight: Size,
+    /// NBD over TLS: off, on (offered to clients that ask with NBD_OPT_STARTTLS) or require
+    /// (clients that do not negotiate TLS get no export). x509 certificates only.
+    #[arg(long, value_enum, default_value_t = TlsMode::Off)]
+    pub tls: TlsMode,
+    /// Directory with `server-cert.pem` and `server-key.pem` (qemu's tls-creds-x509
+    /// layout), for `--tls on|require`.
+    #[arg(long)]
+    pub tls_certificates: Option<std::path::PathBuf>,
+}
+
+/// Whether the NBD server offers TLS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum TlsMode {
+    /// Plain NBD only.
+    #[default]
+    Off,
+    /// TLS for clients that ask for it.
+    On,
+    /// TLS or nothing.
+    Require,
+}
+
+impl ServerConfig {
+    /// The TLS setting these options ask for, loaded (`None` when off).
+    pub fn load_tls(&self) -> std::io::Result<Option<tls::Tls>> {
+        if self.tls == TlsMode::Off {
+            return Ok(None);
+        }
+        let Some(dir) = &self.tls_certificates else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "--tls on|require needs --tls-certificates DIR (server-cert.pem, server-key.pem)",
+            ));
+        };
+        tls::Tls::load(dir, self.tls == TlsMode::Require).map(Some)
+    }
 }
 
 impl ServerConfig {
@@ -91,6 +129,8 @@ impl ServerConfig {
         idle_timeout: Timeout::secs(3600),
         io_timeout: Timeout::secs(30),
         max_in_flight: Size(256 << 20),
+        tls: TlsMode::Off,
+        tls_certificates: None,
     };
 
     /// The maximum block size actually advertised and enforced.

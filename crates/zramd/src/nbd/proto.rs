@@ -64,7 +64,7 @@ pub const OPT_EXPORT_NAME: u32 = 1;
 pub const OPT_ABORT: u32 = 2;
 /// List the exports.
 pub const OPT_LIST: u32 = 3;
-/// Upgrade to TLS (unsupported here).
+/// Upgrade to TLS (offered with `--tls on|require`).
 pub const OPT_STARTTLS: u32 = 5;
 /// Describe an export.
 pub const OPT_INFO: u32 = 6;
@@ -93,6 +93,8 @@ pub const REP_ERR_UNSUP: u32 = (1 << 31) + 1;
 pub const REP_ERR_POLICY: u32 = (1 << 31) + 2;
 /// Option error: syntactically or semantically invalid.
 pub const REP_ERR_INVALID: u32 = (1 << 31) + 3;
+/// The server requires TLS first (`NBD_REP_ERR_TLS_REQD`).
+pub const REP_ERR_TLS_REQD: u32 = (1 << 31) + 5;
 /// Option error: no such export.
 pub const REP_ERR_UNKNOWN: u32 = (1 << 31) + 6;
 /// Option error: the server is shutting down.

@@ -10,6 +10,7 @@ use std::sync::atomic::AtomicBool;
 use tracing::{debug, warn};
 
 use super::budget::Budget;
+use super::tls::Tls;
 use super::{ServerConfig, handshake, transmission};
 use crate::accept::{self, Handler};
 use crate::export::ExportSet;
@@ -23,6 +24,7 @@ use crate::tally::Event;
 pub struct Service {
     exports: Arc<ExportSet>,
     config: ServerConfig,
+    tls: Option<Tls>,
     table: Arc<Table>,
     budget: Budget,
 }
@@ -51,6 +53,11 @@ pub struct Stats {
 impl Service {
     /// A server of `exports`, not yet listening.
     pub fn new(exports: Arc<ExportSet>, config: ServerConfig) -> Arc<Self> {
+        Self::with_tls(exports, config, None)
+    }
+
+    /// A server of `exports` that offers TLS (`NBD_OPT_STARTTLS`), or requires it.
+    pub fn with_tls(exports: Arc<ExportSet>, config: ServerConfig, tls: Option<Tls>) -> Arc<Self> {
         let table = Table::new(Rules {
             name: "nbd",
             max_connections: config.max_connections,
@@ -62,6 +69,7 @@ impl Service {
         Arc::new(Self {
             exports,
             config,
+            tls,
             table,
             budget,
         })
@@ -99,7 +107,13 @@ impl Handler for Service {
     fn handle<C: Conn>(&self, mut conn: C, slot: &Slot) {
         let peer = slot.peer.as_str();
         debug!(peer, "nbd: connection opened");
-        let session = match handshake::negotiate(&mut conn, &self.exports, &self.config, peer) {
+        let mut session = match handshake::negotiate(
+            &mut conn,
+            &self.exports,
+            &self.config,
+            self.tls.as_ref(),
+            peer,
+        ) {
             Ok(Some(s)) => s,
             Ok(None) => {
                 conn.close(Shutdown::Both);
@@ -126,7 +140,11 @@ impl Handler for Service {
             "nbd: transmission"
         );
         slot.activity.serving();
-        match transmission::serve(conn, session, &self.config, &self.budget, slot) {
+        let served = match session.plain.take() {
+            Some(plain) => transmission::serve(plain, session, &self.config, &self.budget, slot),
+            None => transmission::serve(conn, session, &self.config, &self.budget, slot),
+        };
+        match served {
             Ok(()) => debug!(peer, "nbd: connection closed"),
             Err(e) if is_disconnect(&e) => debug!(peer, error = %e, "nbd: connection closed"),
             Err(e) => warn!(peer, error = %e, "nbd: connection failed"),

@@ -292,12 +292,22 @@ impl Client {
     }
 
     pub fn option(&mut self, option: u32, data: &[u8]) {
+        self.send(&Self::option_bytes(option, data));
+    }
+
+    /// Sends an option the server is expected to hang up on before it has read it all: the
+    /// write may then fail (broken pipe, reset), which is what the test wants to see.
+    pub fn option_cut_short(&mut self, option: u32, data: &[u8]) {
+        let _ = self.s.write_all(&Self::option_bytes(option, data));
+    }
+
+    fn option_bytes(option: u32, data: &[u8]) -> Vec<u8> {
         let mut b = Vec::new();
         b.extend_from_slice(&IHAVEOPT.to_be_bytes());
         b.extend_from_slice(&option.to_be_bytes());
         b.extend_from_slice(&(data.len() as u32).to_be_bytes());
         b.extend_from_slice(data);
-        self.send(&b);
+        b
     }
 
     pub fn opt_reply(&mut self) -> OptReply {
