@@ -69,20 +69,6 @@ impl Default for ZramConfig {
     }
 }
 
-impl ZramConfig {
-    /// Refuses settings no device can have, whatever its size: a `unit_size` that is not
-    /// a power of two from 4 KiB to 128 KiB, a bad compression level or dictionary.
-    pub fn check(&self) -> Result<()> {
-        check_unit_size(self.unit_size.bytes())?;
-        crate::comp::CodecPool::new(self.algorithm, self.params.clone()).map(drop)
-    }
-
-    /// The unit size in bytes (checked by [`check`](Self::check)).
-    pub(crate) fn unit_bytes(&self) -> Result<usize> {
-        check_unit_size(self.unit_size.bytes())
-    }
-}
-
 /// Refuses a `unit_size` that is not a power of two from 4 KiB to 128 KiB.
 pub fn check_unit_size(bytes: u64) -> Result<usize> {
     match usize::try_from(bytes) {

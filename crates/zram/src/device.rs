@@ -20,9 +20,6 @@ use crate::store::{BlockState, Store};
 /// A compressed RAM block device.
 #[derive(Debug)]
 pub struct Zram {
-    config: ZramConfig,
-    disksize: u64,
-    unit_size: usize,
     store: Store,
     compactor: Option<Compactor>,
 }
@@ -32,7 +29,7 @@ impl Zram {
     pub fn new(config: ZramConfig) -> Result<Self> {
         let disksize = crate::size::page_align(config.disksize)
             .ok_or_else(|| Error::InvalidSize(config.disksize.to_string()))?;
-        let unit_size = config.unit_bytes()?;
+        let unit_size = crate::config::check_unit_size(config.unit_size.bytes())?;
         if unit_size as u64 > disksize {
             return Err(Error::UnitLargerThanDevice {
                 unit_size: unit_size as u64,
@@ -49,23 +46,12 @@ impl Zram {
             config.mem_limit.bytes(),
         )?;
         let compactor = config.auto_compact.map(|ac| Compactor::start(pool, ac));
-        Ok(Self {
-            config,
-            disksize,
-            unit_size,
-            store,
-            compactor,
-        })
+        Ok(Self { store, compactor })
     }
 
     /// Size in bytes.
     pub fn disksize(&self) -> u64 {
-        self.disksize
-    }
-
-    /// The settings the device was made with.
-    pub fn config(&self) -> &ZramConfig {
-        &self.config
+        self.store.disksize()
     }
 
     /// The primary algorithm.
@@ -80,12 +66,12 @@ impl Zram {
 
     /// zsmalloc chain size.
     pub fn chain_size(&self) -> usize {
-        self.config.pool.chain_size
+        self.pool().chain_size()
     }
 
     /// Bytes compressed as one stream (4096: the kernel's page-at-a-time model).
     pub fn unit_size(&self) -> usize {
-        self.unit_size
+        self.store.unit_size()
     }
 
     /// The allocator underneath.
@@ -100,12 +86,12 @@ impl Zram {
 
     fn check_range(&self, op: Op, offset: u64, len: u64) -> Result<()> {
         match offset.checked_add(len) {
-            Some(end) if end <= self.disksize => Ok(()),
+            Some(end) if end <= self.disksize() => Ok(()),
             _ => Err(Error::OutOfRange {
                 op,
                 offset,
                 len,
-                disksize: self.disksize,
+                disksize: self.disksize(),
             }),
         }
     }
@@ -118,7 +104,7 @@ impl Zram {
         len: usize,
         mut f: impl FnMut(usize, usize, std::ops::Range<usize>) -> Result<()>,
     ) -> Result<()> {
-        let unit = self.unit_size as u64;
+        let unit = self.unit_size() as u64;
         let mut done = 0;
         while done < len {
             let pos = offset + done as u64;
@@ -246,10 +232,10 @@ impl Zram {
     /// What the slot holding byte `offset` holds (its page's, or its unit's), `None` past
     /// the end: what a front end reporting allocation (NBD block status) asks.
     pub fn block_state(&self, offset: u64) -> Option<BlockState> {
-        if offset >= self.disksize {
+        if offset >= self.disksize() {
             return None;
         }
-        usize::try_from(offset / self.unit_size as u64)
+        usize::try_from(offset / self.unit_size() as u64)
             .ok()
             .map(|index| self.store.block_state(index))
     }

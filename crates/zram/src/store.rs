@@ -119,6 +119,16 @@ impl Store {
         })
     }
 
+    /// Size in bytes (whole pages).
+    pub(crate) fn disksize(&self) -> u64 {
+        self.disksize
+    }
+
+    /// Bytes of a slot (the last one may be shorter).
+    pub(crate) fn unit_size(&self) -> usize {
+        self.unit_size
+    }
+
     pub(crate) fn pool(&self) -> &Arc<Pool> {
         &self.pool
     }

@@ -39,13 +39,13 @@ pub struct DeviceStat {
     pub chain_size: usize,
     /// Bytes compressed as one stream (4096: a page at a time).
     #[serde(default = "page_size")]
-    pub unit_size: usize,
+    pub unit_size: u64,
     /// Front ends holding the device open (NBD connections, open FUSE files).
     pub openers: usize,
 }
 
-fn page_size() -> usize {
-    zram::PAGE_SIZE
+fn page_size() -> u64 {
+    zram::PAGE_SIZE as u64
 }
 
 /// Where a server serves its devices.
@@ -133,10 +133,7 @@ impl Registry {
                     io_stat_fields: [io.failed_reads, io.failed_writes, io.notify_free],
                     debug_stat: zram::stats::format_debug_stat(),
                     chain_size: settings.pool.chain_size,
-                    unit_size: zram.as_ref().map_or_else(
-                        || usize::try_from(settings.unit_size.bytes()).unwrap_or(usize::MAX),
-                        |z| z.unit_size(),
-                    ),
+                    unit_size: settings.unit_size.bytes(),
                     openers: e.device.openers(),
                 }
             })

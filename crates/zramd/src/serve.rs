@@ -70,9 +70,6 @@ impl DeviceSpec {
         if self.size.bytes() == 0 {
             bail!("device {}: size must be more than 0", self.name);
         }
-        self.config
-            .check()
-            .with_context(|| format!("device {}", self.name))?;
         Device::with_size(self.name.clone(), self.config.clone(), self.size.bytes())
             .with_context(|| format!("device {}", self.name))
     }
