@@ -87,19 +87,13 @@ impl Response {
 /// Where the control socket lives by default: `/run/zramd.sock` for root, else under
 /// `$XDG_RUNTIME_DIR` (or `/tmp`) with the user id in the name.
 pub fn default_path() -> PathBuf {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let uid = status
-        .lines()
-        .find(|l| l.starts_with("Uid:"))
-        .and_then(|l| l.split_whitespace().nth(2))
-        .unwrap_or("0")
-        .to_owned();
-    if uid == "0" {
+    let uid = rustix::process::geteuid();
+    if uid.is_root() {
         return PathBuf::from("/run/zramd.sock");
     }
     let dir =
         std::env::var_os("XDG_RUNTIME_DIR").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
-    dir.join(format!("zramd-{uid}.sock"))
+    dir.join(format!("zramd-{}.sock", uid.as_raw()))
 }
 
 /// Answers one request against the registry.

@@ -138,17 +138,12 @@ impl ZramFs {
     }
 }
 
+/// The effective user and group this process runs as.
 fn ids() -> (u32, u32) {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(2))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("Uid:"), field("Gid:"))
+    (
+        rustix::process::geteuid().as_raw(),
+        rustix::process::getegid().as_raw(),
+    )
 }
 
 impl Filesystem for ZramFs {
