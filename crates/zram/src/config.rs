@@ -5,6 +5,8 @@
 //! so front ends take it on its own (`--size`, a config file's `size`) and it is skipped
 //! here by serde and clap.
 
+use std::path::PathBuf;
+
 use serde::{Deserialize, Serialize};
 use zsmalloc::PoolConfig;
 
@@ -20,6 +22,76 @@ pub const DEFAULT_DISKSIZE: Size = Size(1 << 30);
 pub const MIN_UNIT_SIZE: usize = PAGE_SIZE;
 /// The largest compression unit.
 pub const MAX_UNIT_SIZE: usize = 128 * 1024;
+/// Highest recompression priority (the kernel's `ZRAM_MAX_COMPS - 1`).
+pub const MAX_PRIORITY: u8 = 3;
+/// Slots written back per append when none is said (the kernel's `writeback_batch_size`).
+pub const DEFAULT_WRITEBACK_BATCH: u32 = 32;
+
+/// A secondary algorithm for recompression (the kernel's `recomp_algorithm`): written as
+/// the kernel takes it, `algo=zstd priority=1`, with `level=N` beyond the kernel (the
+/// kernel sets it through `algorithm_params priority=N level=N`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecompAlgorithm {
+    /// 1..=3; recompression names the algorithm by it.
+    pub priority: u8,
+    /// The algorithm.
+    pub algorithm: Algorithm,
+    /// Its parameters.
+    #[serde(flatten)]
+    pub params: AlgorithmParams,
+}
+
+impl std::str::FromStr for RecompAlgorithm {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        let bad = || Error::InvalidArgument(s.to_owned());
+        let (mut algorithm, mut priority, mut level) = (None, None, None);
+        for kv in s.split_whitespace() {
+            let (k, v) = kv.split_once('=').ok_or_else(bad)?;
+            match k {
+                "algo" => algorithm = Some(v.parse::<Algorithm>()?),
+                "priority" => priority = Some(v.parse::<u8>().map_err(|_| bad())?),
+                "level" => level = Some(v.parse::<i32>().map_err(|_| bad())?),
+                _ => return Err(bad()),
+            }
+        }
+        let r = Self {
+            priority: priority.ok_or_else(bad)?,
+            algorithm: algorithm.ok_or_else(bad)?,
+            params: AlgorithmParams {
+                level,
+                dictionary: None,
+            },
+        };
+        r.check()?;
+        Ok(r)
+    }
+}
+
+impl RecompAlgorithm {
+    /// Refuses a priority outside 1..=3.
+    pub fn check(&self) -> Result<()> {
+        if (1..=MAX_PRIORITY).contains(&self.priority) {
+            Ok(())
+        } else {
+            Err(Error::InvalidArgument(format!(
+                "priority {} (secondary algorithms take 1..={MAX_PRIORITY})",
+                self.priority
+            )))
+        }
+    }
+}
+
+impl std::fmt::Display for RecompAlgorithm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "algo={} priority={}", self.algorithm, self.priority)?;
+        if let Some(level) = self.params.level {
+            write!(f, " level={level}")?;
+        }
+        Ok(())
+    }
+}
 
 /// How a device is set up.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -45,6 +117,25 @@ pub struct ZramConfig {
     /// (beyond the kernel).
     #[cfg_attr(feature = "clap", arg(long, default_value_t = Size(MIN_UNIT_SIZE as u64)))]
     pub unit_size: Size,
+    /// Secondary algorithms for recompression, each `algo=NAME priority=N [level=N]`
+    /// (repeat for up to three).
+    #[cfg_attr(
+        feature = "clap",
+        arg(long = "recomp-algorithm", value_name = "algo=NAME priority=N")
+    )]
+    pub recomp_algorithm: Vec<RecompAlgorithm>,
+    /// Backing file for writeback: a regular file (beyond the kernel) or a block device. Its
+    /// contents are discarded when the device starts.
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub backing_dev: Option<PathBuf>,
+    /// Slots gathered into one write to the backing file (the kernel's
+    /// `writeback_batch_size`: I/O in flight).
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = DEFAULT_WRITEBACK_BATCH))]
+    pub writeback_batch_size: u32,
+    /// Reading a written-back slot brings the neighbouring written-back slots of its file
+    /// extent into a small read-back cache (beyond the kernel).
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = true, action = clap::ArgAction::Set))]
+    pub readback_readahead: bool,
     /// Background compaction (beyond the kernel); `None` turns it off.
     #[serde(skip)]
     #[cfg_attr(feature = "clap", arg(skip = Some(AutoCompact::default())))]
@@ -63,9 +154,34 @@ impl Default for ZramConfig {
             params: AlgorithmParams::default(),
             mem_limit: Size(0),
             unit_size: Size(MIN_UNIT_SIZE as u64),
+            recomp_algorithm: Vec::new(),
+            backing_dev: None,
+            writeback_batch_size: DEFAULT_WRITEBACK_BATCH,
+            readback_readahead: true,
             auto_compact: Some(AutoCompact::default()),
             pool: PoolConfig::default(),
         }
+    }
+}
+
+impl ZramConfig {
+    /// Refuses settings that cannot work together: recompression priorities out of range or
+    /// repeated, a zero writeback batch.
+    pub fn check_post_processing(&self) -> Result<()> {
+        let mut seen = [false; MAX_PRIORITY as usize + 1];
+        for r in &self.recomp_algorithm {
+            r.check()?;
+            if std::mem::replace(&mut seen[usize::from(r.priority)], true) {
+                return Err(Error::InvalidArgument(format!(
+                    "priority {} is given twice",
+                    r.priority
+                )));
+            }
+        }
+        if self.writeback_batch_size == 0 {
+            return Err(Error::InvalidArgument("writeback_batch_size 0".into()));
+        }
+        Ok(())
     }
 }
 

@@ -5,28 +5,53 @@
 //! pages compressed as one stream. A request touching part of a slot reads, modifies and
 //! writes it back under the slot's lock, so the last write to a page always wins whole.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use zsmalloc::Pool;
 
+use crate::backing::{Backing, BackingStats, FileBacking, FileOptions};
 use crate::comp::{Algorithm, AlgorithmParams, CodecPool};
 use crate::compact::Compactor;
-use crate::config::ZramConfig;
+use crate::config::{RecompAlgorithm, ZramConfig};
 use crate::error::{Error, Op, Result};
-use crate::slot::SlotEntry;
-use crate::stats::{Counters, IoStat, MmStat, format_debug_stat};
-use crate::store::{BlockState, Store};
+use crate::pp::{IdleRequest, RecompressRequest, WritebackRequest};
+use crate::recompress::RecompressReport;
+use crate::slot::{Flags, SlotEntry};
+use crate::stats::{BdStat, Counters, IoStat, MmStat, format_debug_stat};
+use crate::store::{BlockState, Codecs, Store};
+use crate::writeback::WritebackReport;
 
 /// A compressed RAM block device.
 #[derive(Debug)]
 pub struct Zram {
     store: Store,
     compactor: Option<Compactor>,
+    recomp: Vec<RecompAlgorithm>,
+    backing_dev: Option<PathBuf>,
 }
 
 impl Zram {
-    /// Makes a device.
+    /// Makes a device; with `backing_dev` set, opens that file (its contents are
+    /// discarded) for writeback.
     pub fn new(config: ZramConfig) -> Result<Self> {
+        let backing = match &config.backing_dev {
+            Some(path) => {
+                let options = FileOptions {
+                    readahead: config.readback_readahead,
+                    ..FileOptions::default()
+                };
+                let file = FileBacking::open(path, options).map_err(Error::Backing)?;
+                Some(Arc::new(file) as Arc<dyn Backing>)
+            }
+            None => None,
+        };
+        Self::with_backing(config, backing)
+    }
+
+    /// Makes a device that writes back to `backing` (any store behind the interface);
+    /// `config.backing_dev` is only reported.
+    pub fn with_backing(config: ZramConfig, backing: Option<Arc<dyn Backing>>) -> Result<Self> {
         let disksize = crate::size::page_align(config.disksize)
             .ok_or_else(|| Error::InvalidSize(config.disksize.to_string()))?;
         let unit_size = crate::config::check_unit_size(config.unit_size.bytes())?;
@@ -36,17 +61,29 @@ impl Zram {
                 disksize,
             });
         }
+        config.check_post_processing()?;
         let pool = Arc::new(Pool::with_config(config.pool)?);
-        let codecs = CodecPool::new(config.algorithm, config.params.clone())?;
+        let mut codecs: Codecs = Default::default();
+        codecs[0] = Some(CodecPool::new(config.algorithm, config.params.clone())?);
+        for r in &config.recomp_algorithm {
+            codecs[usize::from(r.priority)] = Some(CodecPool::new(r.algorithm, r.params.clone())?);
+        }
         let store = Store::new(
             disksize,
             unit_size,
             Arc::clone(&pool),
             codecs,
             config.mem_limit.bytes(),
+            backing,
         )?;
+        store.set_writeback_batch(config.writeback_batch_size as usize);
         let compactor = config.auto_compact.map(|ac| Compactor::start(pool, ac));
-        Ok(Self { store, compactor })
+        Ok(Self {
+            store,
+            compactor,
+            recomp: config.recomp_algorithm,
+            backing_dev: config.backing_dev,
+        })
     }
 
     /// Size in bytes.
@@ -56,12 +93,22 @@ impl Zram {
 
     /// The primary algorithm.
     pub fn algorithm(&self) -> Algorithm {
-        self.store.codecs().algorithm()
+        self.store.primary().algorithm()
     }
 
     /// The primary algorithm's parameters.
     pub fn params(&self) -> &AlgorithmParams {
-        self.store.codecs().params()
+        self.store.primary().params()
+    }
+
+    /// The secondary algorithms, by priority.
+    pub fn recomp_algorithms(&self) -> &[RecompAlgorithm] {
+        &self.recomp
+    }
+
+    /// The backing file, if one is set.
+    pub fn backing_dev(&self) -> Option<&std::path::Path> {
+        self.backing_dev.as_deref()
     }
 
     /// zsmalloc chain size.
@@ -124,9 +171,20 @@ impl Zram {
         Counters::add(&c.num_reads, 1);
         self.for_slots(offset, buf.len(), |index, at, range| {
             self.store
-                .read(&self.store.lock(index), at, &mut buf[range])
+                .read(&mut self.store.lock(index), at, &mut buf[range])
         })
         .inspect_err(|_| Counters::add(&c.failed_reads, 1))
+    }
+
+    /// Reads like [`Zram::read`] but is not an access: no access time, idle mark or read
+    /// count changes (for inspection tools and checks that must not disturb idle
+    /// tracking).
+    pub fn inspect(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.check_range(Op::Read, offset, buf.len() as u64)?;
+        self.for_slots(offset, buf.len(), |index, at, range| {
+            self.store
+                .read_untouched(&self.store.lock(index), at, &mut buf[range])
+        })
     }
 
     /// Writes `data` at `offset`.
@@ -243,5 +301,103 @@ impl Zram {
     /// Bytes the slot table spans.
     pub fn table_bytes(&self) -> usize {
         self.store.table_bytes()
+    }
+
+    /// Marks slots idle (the kernel's `idle`: `all`, or an age in seconds); same-filled
+    /// and written-back slots are skipped. Returns how many were marked.
+    pub fn mark_idle(&self, req: IdleRequest) -> u64 {
+        self.store.mark_idle(match req {
+            IdleRequest::All => None,
+            IdleRequest::Age(secs) => Some(secs),
+        })
+    }
+
+    /// Writes slots back to the backing file (the kernel's `writeback`).
+    pub fn writeback(&self, req: &WritebackRequest) -> Result<WritebackReport> {
+        crate::writeback::writeback(&self.store, req)
+    }
+
+    /// Re-encodes slots with a secondary algorithm (the kernel's `recompress`).
+    pub fn recompress(&self, req: &RecompressRequest) -> Result<RecompressReport> {
+        crate::recompress::recompress(&self.store, req, &self.recomp)
+    }
+
+    /// `writeback_limit_enable`.
+    pub fn writeback_limit_enabled(&self) -> bool {
+        self.store.wb_limit_enabled()
+    }
+
+    /// Sets `writeback_limit_enable`.
+    pub fn set_writeback_limit_enable(&self, on: bool) {
+        self.store.set_wb_limit_enable(on);
+    }
+
+    /// `writeback_limit`: pages writeback may still write (in 4 KiB units).
+    pub fn writeback_limit(&self) -> u64 {
+        self.store.wb_limit()
+    }
+
+    /// Sets `writeback_limit` (in 4 KiB units).
+    pub fn set_writeback_limit(&self, pages: u64) {
+        self.store.set_wb_limit(pages);
+    }
+
+    /// `writeback_batch_size`: slots gathered into one write to the backing file.
+    pub fn writeback_batch_size(&self) -> usize {
+        self.store.writeback_batch()
+    }
+
+    /// Sets `writeback_batch_size` (at least 1).
+    pub fn set_writeback_batch_size(&self, n: usize) {
+        self.store.set_writeback_batch(n);
+    }
+
+    /// The `bd_stat` figures.
+    pub fn bd_stat(&self) -> BdStat {
+        self.store.bd_stat()
+    }
+
+    /// The backing store's own figures (bytes in the file, cache hits...), if one is set.
+    pub fn backing_stats(&self) -> Option<BackingStats> {
+        self.store.backing().map(|b| b.stats())
+    }
+
+    /// The device's counters (post-processing figures included), for metrics.
+    pub fn counters(&self) -> &Counters {
+        self.store.counters()
+    }
+
+    /// Lets `secs` seconds pass on the device's idle-tracking clock (for tests and the
+    /// lab, which cannot wait hours for slots to age).
+    pub fn skew_clock(&self, secs: u64) {
+        self.store.skew_clock(secs);
+    }
+
+    /// The kernel's debugfs `block_state`: a line per slot holding data, with its index,
+    /// last access (seconds since the device started) and flags `s` (same-filled), `w`
+    /// (written back), `h` (huge), `i` (idle), `r` (recompressed), `n` (incompressible).
+    pub fn format_block_state(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        for index in 0..self.store.slots() {
+            let e = self.store.entry(index);
+            if !e.is_allocated() {
+                continue;
+            }
+            let flag = |f: Flags, c: char| if e.flags.contains(f) { c } else { '.' };
+            let _ = writeln!(
+                out,
+                "{index:12} {:12}.{:06} {}{}{}{}{}{}",
+                e.ac_time,
+                0,
+                flag(Flags::SAME, 's'),
+                flag(Flags::WB, 'w'),
+                flag(Flags::HUGE, 'h'),
+                flag(Flags::IDLE, 'i'),
+                if e.prio != 0 { 'r' } else { '.' },
+                flag(Flags::INCOMPRESSIBLE, 'n'),
+            );
+        }
+        out
     }
 }

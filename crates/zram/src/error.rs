@@ -96,6 +96,21 @@ pub enum Error {
     /// Stored data did not decode: the slot's contents are lost.
     #[error("corrupt compressed data: {0}")]
     Corrupt(String),
+    /// The backing file failed (writing back, or reading a written-back slot).
+    #[error("backing file: {0}")]
+    Backing(#[from] std::io::Error),
+    /// Writeback asked of a device with no `backing_dev`.
+    #[error("no backing device is set")]
+    NoBackingDev,
+    /// `writeback_limit` is enabled and spent.
+    #[error("writeback limit reached")]
+    WritebackLimit,
+    /// Writeback or recompression is already running on the device.
+    #[error("writeback or recompression is already running")]
+    Busy,
+    /// A malformed argument to `idle`, `writeback`, `recompress` or `recomp_algorithm`.
+    #[error("invalid argument {0:?}")]
+    InvalidArgument(String),
 }
 
 impl Error {
@@ -106,7 +121,10 @@ impl Error {
     /// - `mem_limit` reached, or the allocator out of memory, while storing: `ENOSPC`;
     /// - no memory for a device's tables: `ENOMEM`;
     /// - a bad setting or value: `EINVAL`;
-    /// - data that cannot be compressed or decoded, or an allocator bug: `EIO`.
+    /// - data that cannot be compressed or decoded, or an allocator bug: `EIO`;
+    /// - the backing file's own errno (`ENOSPC`, `EIO`), `EIO` for a short read;
+    /// - writeback with no backing device: `ENODEV`; with `writeback_limit` spent: `EIO`;
+    /// - writeback and recompression at once: `EAGAIN`.
     pub fn errno(&self) -> i32 {
         match self {
             Error::OutOfRange { op, .. } if op.stores() => libc::ENOSPC,
@@ -121,6 +139,12 @@ impl Error {
             | Error::UnitLargerThanDevice { .. }
             | Error::InvalidSize(_) => libc::EINVAL,
             Error::Alloc(_) | Error::Compress { .. } | Error::Corrupt(_) => libc::EIO,
+            // The file's own errno (ENOSPC, EIO...); a short read is EIO.
+            Error::Backing(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            Error::NoBackingDev => libc::ENODEV,
+            Error::WritebackLimit => libc::EIO,
+            Error::Busy => libc::EAGAIN,
+            Error::InvalidArgument(_) => libc::EINVAL,
         }
     }
 }

@@ -7,6 +7,9 @@
 //!   `zram_read_page`/`zram_write_page`/`zram_free_page`);
 //! - `chain`: data spread over several objects (compression units larger than a page);
 //! - `same`: same-filled pages;
+//! - [`pp`]: post-processing: choosing slots, the `idle`/`writeback`/`recompress` arguments;
+//! - [`writeback`]: moving slots to the backing file; [`backing`]: the backing store;
+//! - [`recompress`]: re-encoding slots with a secondary algorithm;
 //! - [`slot`]: the slot table and per-slot locks;
 //! - [`comp`]: compressors (lz4, zstd, lzo, lzo-rle) behind one trait;
 //! - [`lzo`]: our clean-room LZO1X / LZO-RLE codec;
@@ -16,12 +19,13 @@
 //! - [`error`]: the error type and its one mapping to errnos;
 //! - `sys`: the zeroed slot table from the OS (the crate's only `unsafe`).
 //!
-//! Files import only files below them in this order: device → store → (chain, same, slot,
-//! comp, stats) → (error, size, sys).
+//! Files import only files below them in this order: device → (writeback, recompress) →
+//! pp → store → (backing, chain, same, slot, comp, stats) → (error, size, sys).
 //!
 //! Lock order: slot lock → (compressor context: per thread, no lock | zsmalloc class-shard
 //! lock → page-source lock).
 
+pub mod backing;
 mod chain;
 pub mod comp;
 pub mod compact;
@@ -29,6 +33,8 @@ pub mod config;
 pub mod device;
 pub mod error;
 pub mod lzo;
+pub mod pp;
+pub mod recompress;
 mod same;
 pub mod size;
 pub mod slot;
@@ -36,14 +42,18 @@ pub mod stats;
 mod store;
 #[expect(unsafe_code, reason = "the one module that asks the OS for memory")]
 mod sys;
+pub mod writeback;
 
 pub use chain::links;
 pub use comp::{Algorithm, AlgorithmParams};
-pub use config::ZramConfig;
+pub use config::{RecompAlgorithm, ZramConfig};
 pub use device::Zram;
 pub use error::{Error, Op, Result};
+pub use pp::{IdleRequest, Mode, RecompressRequest, WritebackRequest};
+pub use recompress::RecompressReport;
 pub use size::Size;
 pub use store::BlockState;
+pub use writeback::WritebackReport;
 /// The allocator's types a device's settings and figures name, so that front ends reach the
 /// allocator only through this crate.
 pub use zsmalloc::{ClassStats, Geometry, Pool, PoolConfig, class::Header, format_class_table};

@@ -27,14 +27,17 @@ impl Flags {
     pub const SAME: Flags = Flags(1 << 0);
     /// Stored uncompressed: it compressed to `huge_class_size` or more.
     pub const HUGE: Flags = Flags(1 << 1);
-    /// Marked idle (not accessed since the last `idle` marking). Set by idle tracking
-    /// (the policy engine, next to land); nothing sets it yet.
+    /// Marked idle by `idle` and not accessed since: the next read or write clears it.
     pub const IDLE: Flags = Flags(1 << 2);
-    /// Written back to the backing file (writeback, next to land; nothing sets it yet).
+    /// Written back: `handle` is the object's offset in the backing file, `len` its
+    /// length there (the slot's length when stored raw, shorter when compressed).
     pub const WB: Flags = Flags(1 << 3);
-    /// Recompression found it incompressible (recompression, next to land; nothing sets it
-    /// yet).
+    /// No secondary algorithm shrinks it into a smaller class: recompression skips it.
     pub const INCOMPRESSIBLE: Flags = Flags(1 << 4);
+    /// Gathered for writeback, whose write to the file is in flight (the kernel's
+    /// `ZRAM_PP_SLOT`). Anything that replaces or frees the slot's data clears it, so the
+    /// slot is switched to its written-back copy only if it still holds what was written.
+    pub const PP: Flags = Flags(1 << 5);
 
     /// Are all flags of `other` set?
     pub fn contains(self, other: Flags) -> bool {
@@ -44,6 +47,11 @@ impl Flags {
     /// The union.
     pub fn with(self, other: Flags) -> Flags {
         Flags(self.0 | other.0)
+    }
+
+    /// Without the flags of `other`.
+    pub fn without(self, other: Flags) -> Flags {
+        Flags(self.0 & !other.0)
     }
 
     /// The raw bits.
@@ -68,11 +76,10 @@ pub struct SlotEntry {
     pub len: usize,
     /// Flags.
     pub flags: Flags,
-    /// Compression priority (0 = primary algorithm; recompression, next to land, sets
-    /// others).
+    /// Compression priority: 0 for the primary algorithm, 1..=3 for the secondary one
+    /// recompression encoded the slot with.
     pub prio: u8,
-    /// Last write, seconds since the device started (idle tracking, next to land, reads it
-    /// and makes reads update it too).
+    /// Last access (read or write), seconds since the device started.
     pub ac_time: u32,
 }
 

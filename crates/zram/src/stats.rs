@@ -27,6 +27,26 @@ pub struct Counters {
     pub num_reads: AtomicU64,
     /// Write requests served.
     pub num_writes: AtomicU64,
+    /// Pages of slots written back and still in the backing file (`bd_count`).
+    pub bd_count: AtomicU64,
+    /// Pages read back from the backing file (`bd_reads`).
+    pub bd_reads: AtomicU64,
+    /// Pages written to the backing file (`bd_writes`).
+    pub bd_writes: AtomicU64,
+    /// Ours: bytes written to the backing file (compressed, packed).
+    pub bd_write_bytes: AtomicU64,
+    /// Ours: writebacks that failed (the file refused the write); no slot changed.
+    pub wb_failed: AtomicU64,
+    /// Ours: reads of written-back slots that failed.
+    pub bd_read_failed: AtomicU64,
+    /// Ours: slots marked idle.
+    pub idle_marked: AtomicU64,
+    /// Ours: recompression attempts.
+    pub recomp_attempts: AtomicU64,
+    /// Ours: slots recompressed into a smaller class.
+    pub recomp_done: AtomicU64,
+    /// Ours: bytes recompression saved (old minus new stream lengths).
+    pub recomp_saved_bytes: AtomicU64,
 }
 
 impl Counters {
@@ -59,6 +79,16 @@ impl Counters {
             &self.max_used_pages,
             &self.num_reads,
             &self.num_writes,
+            &self.bd_count,
+            &self.bd_reads,
+            &self.bd_writes,
+            &self.bd_write_bytes,
+            &self.wb_failed,
+            &self.bd_read_failed,
+            &self.idle_marked,
+            &self.recomp_attempts,
+            &self.recomp_done,
+            &self.recomp_saved_bytes,
         ] {
             c.store(0, Relaxed);
         }
@@ -143,6 +173,27 @@ impl IoStat {
     }
 }
 
+/// The fields of `bd_stat`, in 4 KiB pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BdStat {
+    /// Pages of slots held in the backing file.
+    pub bd_count: u64,
+    /// Pages read back from it.
+    pub bd_reads: u64,
+    /// Pages written to it.
+    pub bd_writes: u64,
+}
+
+impl BdStat {
+    /// The line of `/sys/block/zramN/bd_stat`.
+    pub fn format(&self) -> String {
+        format!(
+            "{:8} {:8} {:8}\n",
+            self.bd_count, self.bd_reads, self.bd_writes
+        )
+    }
+}
+
 /// `/sys/block/zramN/debug_stat`. Its one figure is the kernel's `miss_free`: swap-slot
 /// free notifications dropped because the slot's lock was taken. Nothing here notifies
 /// frees without waiting for the lock, so it is always 0.
@@ -170,5 +221,11 @@ mod tests {
         ));
         assert_eq!(IoStat::default().format(), "       0        0 0        0\n");
         assert_eq!(format_debug_stat(), "version: 1\n0        0\n");
+        let bd = BdStat {
+            bd_count: 3,
+            bd_reads: 12,
+            bd_writes: 100,
+        };
+        assert_eq!(bd.format(), "       3       12      100\n");
     }
 }

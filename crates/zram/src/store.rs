@@ -48,17 +48,19 @@
 
 use std::cell::RefCell;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
+use parking_lot::{Mutex, MutexGuard};
 use zsmalloc::{Handle, Pool};
 
 use crate::PAGE_SIZE;
+use crate::backing::Backing;
 use crate::comp::CodecPool;
 use crate::error::{Error, Result};
 use crate::same::{fill, same_filled};
 use crate::slot::{Flags, SlotEntry, SlotGuard, SlotTable};
-use crate::stats::{Counters, IoStat, MmStat};
+use crate::stats::{BdStat, Counters, IoStat, MmStat};
 
 thread_local! {
     /// Per-thread slot bytes for partial reads and read-modify-write.
@@ -78,6 +80,9 @@ pub enum BlockState {
     Data,
 }
 
+/// The compressors of a device by priority: 0 the primary, 1..=3 the secondary ones.
+pub(crate) type Codecs = [Option<CodecPool>; 4];
+
 /// The slots of one device and everything that stores them.
 #[derive(Debug)]
 pub(crate) struct Store {
@@ -85,7 +90,17 @@ pub(crate) struct Store {
     unit_size: usize,
     pool: Arc<Pool>,
     table: SlotTable,
-    codecs: CodecPool,
+    codecs: Codecs,
+    backing: Option<Arc<dyn Backing>>,
+    /// Held by writeback and recompression while they run (the other gets `EAGAIN`).
+    post_processing: Mutex<()>,
+    wb_limit_enable: AtomicBool,
+    /// Pages writeback may still write while the limit is enabled.
+    wb_limit: AtomicU64,
+    /// Slots gathered into one append by writeback.
+    writeback_batch: std::sync::atomic::AtomicUsize,
+    /// Seconds added to the clock (tests and the lab let time pass without waiting).
+    clock_skew: AtomicU64,
     counters: Counters,
     limit_pages: AtomicU64,
     huge_class_size: usize,
@@ -100,8 +115,9 @@ impl Store {
         disksize: u64,
         unit_size: usize,
         pool: Arc<Pool>,
-        codecs: CodecPool,
+        codecs: Codecs,
         mem_limit: u64,
+        backing: Option<Arc<dyn Backing>>,
     ) -> Result<Self> {
         let slots = usize::try_from(disksize.div_ceil(unit_size as u64))
             .map_err(|_| Error::TableTooLarge { disksize })?;
@@ -112,6 +128,14 @@ impl Store {
             pool,
             table: SlotTable::new(slots).ok_or(Error::TableTooLarge { disksize })?,
             codecs,
+            backing,
+            post_processing: Mutex::new(()),
+            wb_limit_enable: AtomicBool::new(false),
+            wb_limit: AtomicU64::new(0),
+            writeback_batch: std::sync::atomic::AtomicUsize::new(
+                crate::config::DEFAULT_WRITEBACK_BATCH as usize,
+            ),
+            clock_skew: AtomicU64::new(0),
             counters: Counters::default(),
             limit_pages: AtomicU64::new(mem_limit.div_ceil(PAGE_SIZE as u64)),
             pages_compacted_base: AtomicU64::new(0),
@@ -133,8 +157,37 @@ impl Store {
         &self.pool
     }
 
-    pub(crate) fn codecs(&self) -> &CodecPool {
-        &self.codecs
+    /// The primary compressor.
+    pub(crate) fn primary(&self) -> &CodecPool {
+        self.codecs[0]
+            .as_ref()
+            .expect("a store always has its primary compressor")
+    }
+
+    /// The compressor of priority `prio`.
+    pub(crate) fn codec(&self, prio: u8) -> Result<&CodecPool> {
+        self.codecs
+            .get(usize::from(prio))
+            .and_then(Option::as_ref)
+            .ok_or_else(|| Error::InvalidArgument(format!("no algorithm of priority {prio}")))
+    }
+
+    /// The highest priority with an algorithm (0 when there is no secondary one).
+    pub(crate) fn top_priority(&self) -> u8 {
+        (0..self.codecs.len() as u8)
+            .rev()
+            .find(|&p| self.codecs[usize::from(p)].is_some())
+            .unwrap_or(0)
+    }
+
+    /// The backing store, if one is set.
+    pub(crate) fn backing(&self) -> Option<&Arc<dyn Backing>> {
+        self.backing.as_ref()
+    }
+
+    /// Taken by writeback and recompression; `Error::Busy` when the other runs.
+    pub(crate) fn post_processing(&self) -> Result<MutexGuard<'_, ()>> {
+        self.post_processing.try_lock().ok_or(Error::Busy)
     }
 
     pub(crate) fn counters(&self) -> &Counters {
@@ -163,16 +216,47 @@ impl Store {
             .min(self.unit_size as u64) as usize
     }
 
-    fn pages(&self, index: usize) -> u64 {
+    /// Pages of slot `index`.
+    pub(crate) fn pages(&self, index: usize) -> u64 {
         (self.slot_len(index) / PAGE_SIZE) as u64
     }
 
-    fn now(&self) -> u32 {
-        u32::try_from(self.start.elapsed().as_secs()).unwrap_or(u32::MAX)
+    /// Seconds since the device started (plus any skew).
+    pub(crate) fn now(&self) -> u32 {
+        let secs = self.start.elapsed().as_secs() + self.clock_skew.load(Relaxed);
+        u32::try_from(secs).unwrap_or(u32::MAX)
     }
 
-    /// Reads `out.len()` bytes from `at` into the locked slot.
-    pub(crate) fn read(&self, g: &SlotGuard<'_>, at: usize, out: &mut [u8]) -> Result<()> {
+    /// Lets `secs` seconds pass on the device's clock.
+    pub(crate) fn skew_clock(&self, secs: u64) {
+        self.clock_skew.fetch_add(secs, Relaxed);
+    }
+
+    /// Reads `out.len()` bytes from `at` into the locked slot; an access (idle tracking).
+    pub(crate) fn read(&self, g: &mut SlotGuard<'_>, at: usize, out: &mut [u8]) -> Result<()> {
+        self.read_untouched(g, at, out)?;
+        self.touch(g);
+        Ok(())
+    }
+
+    /// Records an access: the access time becomes now, the idle mark goes.
+    fn touch(&self, g: &mut SlotGuard<'_>) {
+        let mut e = g.get();
+        let now = self.now();
+        if e.is_allocated() && (e.ac_time != now || e.flags.contains(Flags::IDLE)) {
+            e.ac_time = now;
+            e.flags = e.flags.without(Flags::IDLE);
+            g.set(e);
+        }
+    }
+
+    /// Reads without recording an access.
+    pub(crate) fn read_untouched(
+        &self,
+        g: &SlotGuard<'_>,
+        at: usize,
+        out: &mut [u8],
+    ) -> Result<()> {
         let len = self.slot_len(g.index());
         if out.len() == len {
             return self.load(g, out);
@@ -242,7 +326,7 @@ impl Store {
     }
 
     /// Reads the locked slot whole into `out` (the slot's length).
-    fn load(&self, g: &SlotGuard<'_>, out: &mut [u8]) -> Result<()> {
+    pub(crate) fn load(&self, g: &SlotGuard<'_>, out: &mut [u8]) -> Result<()> {
         let e = g.get();
         if e.flags.contains(Flags::SAME) {
             fill(out, e.handle, 0);
@@ -252,8 +336,11 @@ impl Store {
             out.fill(0);
             return Ok(());
         }
-        let head = Handle::from_raw(e.handle);
-        if e.flags.contains(Flags::HUGE) {
+        // Stored raw: huge in memory, or written back at the slot's full length (a
+        // compressed stream is always shorter than its slot).
+        let raw =
+            e.flags.contains(Flags::HUGE) || (e.flags.contains(Flags::WB) && e.len == out.len());
+        if raw {
             if e.len != out.len() {
                 return Err(Error::Corrupt(format!(
                     "raw slot {} holds {} bytes, not {}",
@@ -262,14 +349,165 @@ impl Store {
                     out.len()
                 )));
             }
-            return crate::chain::read(&self.pool, head, out);
+            return self.stream_into(g.index(), e, out);
         }
         STREAM.with(|cell| {
             let mut stream = cell.borrow_mut();
             stream.resize(e.len, 0);
-            crate::chain::read(&self.pool, head, &mut stream[..e.len])?;
-            self.codecs.with(|c| c.decompress(&stream[..e.len], out))?
+            self.stream_into(g.index(), e, &mut stream[..e.len])?;
+            self.codec(e.prio)?
+                .with(|c| c.decompress(&stream[..e.len], out))?
         })
+    }
+
+    /// The stored stream of the slot with entry `e` (from memory, or from the backing
+    /// file) into `out`, `e.len` bytes.
+    fn stream_into(&self, index: usize, e: SlotEntry, out: &mut [u8]) -> Result<()> {
+        if !e.flags.contains(Flags::WB) {
+            return crate::chain::read(&self.pool, Handle::from_raw(e.handle), out);
+        }
+        let backing = self.backing.as_ref().ok_or(Error::NoBackingDev)?;
+        match backing.read(e.handle, out) {
+            Ok(()) => {
+                Counters::add(&self.counters.bd_reads, self.pages(index));
+                Ok(())
+            }
+            Err(err) => {
+                Counters::add(&self.counters.bd_read_failed, 1);
+                Err(Error::Backing(err))
+            }
+        }
+    }
+
+    /// The stored stream of the locked slot, which holds an object in memory, into `buf`.
+    pub(crate) fn stream_of(&self, g: &SlotGuard<'_>, buf: &mut Vec<u8>) -> Result<()> {
+        let e = g.get();
+        buf.resize(e.len, 0);
+        crate::chain::read(&self.pool, Handle::from_raw(e.handle), buf)
+    }
+
+    /// Switches the locked slot, whose stream was written to the backing file at
+    /// `offset`, to that copy: its objects are freed, its data stays counted.
+    pub(crate) fn switch_to_backing(&self, g: &mut SlotGuard<'_>, offset: u64) {
+        let e = g.get();
+        let pages = self.pages(g.index());
+        crate::chain::free(&self.pool, Handle::from_raw(e.handle), e.len);
+        Counters::sub(&self.counters.compr_data_size, e.len as u64);
+        if e.flags.contains(Flags::HUGE) {
+            Counters::sub(&self.counters.huge_pages, pages);
+        }
+        g.set(SlotEntry {
+            handle: offset,
+            len: e.len,
+            flags: Flags::WB,
+            prio: e.prio,
+            ac_time: e.ac_time,
+        });
+        Counters::add(&self.counters.bd_count, pages);
+        Counters::add(&self.counters.bd_writes, pages);
+        Counters::add(&self.counters.bd_write_bytes, e.len as u64);
+    }
+
+    /// Replaces the locked slot's stream by `stream`, encoded with priority `prio`
+    /// (recompression: not an access, so the access time and idle mark stay).
+    pub(crate) fn replace_stream(
+        &self,
+        g: &mut SlotGuard<'_>,
+        stream: &[u8],
+        prio: u8,
+    ) -> Result<()> {
+        let e = g.get();
+        let pages = self.pages(g.index());
+        let head = crate::chain::write(&self.pool, stream, |size| self.alloc(size))?;
+        crate::chain::free(&self.pool, Handle::from_raw(e.handle), e.len);
+        Counters::sub(&self.counters.compr_data_size, e.len as u64);
+        Counters::add(&self.counters.compr_data_size, stream.len() as u64);
+        if e.flags.contains(Flags::HUGE) {
+            Counters::sub(&self.counters.huge_pages, pages);
+        }
+        g.set(SlotEntry {
+            handle: head.to_raw(),
+            len: stream.len(),
+            flags: e.flags.without(Flags::HUGE),
+            prio,
+            ac_time: e.ac_time,
+        });
+        Ok(())
+    }
+
+    /// Sets or clears `flag` on the locked slot.
+    pub(crate) fn set_flag(&self, g: &mut SlotGuard<'_>, flag: Flags, on: bool) {
+        let mut e = g.get();
+        e.flags = if on {
+            e.flags.with(flag)
+        } else {
+            e.flags.without(flag)
+        };
+        g.set(e);
+    }
+
+    /// Marks idle every slot holding an object (not same-filled, not written back) last
+    /// accessed at least `min_age` seconds ago (every one with `None`); returns how many.
+    pub(crate) fn mark_idle(&self, min_age: Option<u32>) -> u64 {
+        let now = self.now();
+        let mut marked = 0;
+        for index in 0..self.table.len() {
+            let mut g = self.table.lock(index);
+            let e = g.get();
+            let eligible = e.len != 0
+                && !e.flags.contains(Flags::SAME)
+                && !e.flags.contains(Flags::WB)
+                && !e.flags.contains(Flags::IDLE);
+            if eligible && min_age.is_none_or(|age| now.saturating_sub(e.ac_time) >= age) {
+                self.set_flag(&mut g, Flags::IDLE, true);
+                marked += 1;
+            }
+        }
+        Counters::add(&self.counters.idle_marked, marked);
+        marked
+    }
+
+    /// Slots gathered into one append by writeback.
+    pub(crate) fn writeback_batch(&self) -> usize {
+        self.writeback_batch.load(Relaxed)
+    }
+
+    pub(crate) fn set_writeback_batch(&self, n: usize) {
+        self.writeback_batch.store(n.max(1), Relaxed);
+    }
+
+    /// Is the writeback limit enabled?
+    pub(crate) fn wb_limit_enabled(&self) -> bool {
+        self.wb_limit_enable.load(Relaxed)
+    }
+
+    pub(crate) fn set_wb_limit_enable(&self, on: bool) {
+        self.wb_limit_enable.store(on, Relaxed);
+    }
+
+    /// Pages writeback may still write under the limit.
+    pub(crate) fn wb_limit(&self) -> u64 {
+        self.wb_limit.load(Relaxed)
+    }
+
+    pub(crate) fn set_wb_limit(&self, pages: u64) {
+        self.wb_limit.store(pages, Relaxed);
+    }
+
+    /// Takes `pages` from the writeback budget; false (nothing taken) when it has less.
+    pub(crate) fn take_wb_budget(&self, pages: u64) -> bool {
+        !self.wb_limit_enabled()
+            || self
+                .wb_limit
+                .fetch_update(Relaxed, Relaxed, |left| left.checked_sub(pages))
+                .is_ok()
+    }
+
+    /// Gives back budget taken for pages that were not written back after all.
+    pub(crate) fn refund_wb_budget(&self, pages: u64) {
+        if self.wb_limit_enabled() {
+            self.wb_limit.fetch_add(pages, Relaxed);
+        }
     }
 
     /// Stores a whole slot's bytes into the locked slot.
@@ -290,7 +528,7 @@ impl Store {
         }
         STREAM.with(|cell| {
             let mut buf = cell.borrow_mut();
-            let comp_len = self.codecs.with(|c| c.compress(data, &mut buf))??;
+            let comp_len = self.primary().with(|c| c.compress(data, &mut buf))??;
             let huge = comp_len >= data.len() - PAGE_SIZE + self.huge_class_size;
             let stream = if huge { data } else { &buf[..comp_len] };
             let head = crate::chain::write(&self.pool, stream, |size| self.alloc(size))?;
@@ -316,7 +554,13 @@ impl Store {
     pub(crate) fn free(&self, g: &mut SlotGuard<'_>) {
         let e = g.get();
         let pages = self.pages(g.index());
-        if e.flags.contains(Flags::SAME) {
+        if e.flags.contains(Flags::WB) {
+            if let Some(backing) = &self.backing {
+                backing.free(e.handle, e.len);
+            }
+            Counters::sub(&self.counters.bd_count, pages);
+            Counters::sub(&self.counters.pages_stored, pages);
+        } else if e.flags.contains(Flags::SAME) {
             Counters::sub(&self.counters.same_pages, pages);
             Counters::sub(&self.counters.pages_stored, pages);
         } else if e.len != 0 {
@@ -404,6 +648,16 @@ impl Store {
             pages_folded: 0,
             metadata_bytes: (self.table.metadata_bytes() + self.pool.metadata_bytes()) as u64,
             cached_bytes: (self.pool.cached_pages() * PAGE_SIZE) as u64,
+        }
+    }
+
+    /// The `bd_stat` figures.
+    pub(crate) fn bd_stat(&self) -> BdStat {
+        let c = &self.counters;
+        BdStat {
+            bd_count: Counters::get(&c.bd_count),
+            bd_reads: Counters::get(&c.bd_reads),
+            bd_writes: Counters::get(&c.bd_writes),
         }
     }
 

@@ -9,14 +9,26 @@
 //! the raw threshold, or the raw slot flagged `HUGE`), the pool holds exactly the objects the
 //! slots' chains need, requests past the end fail and change nothing, and the `mm_stat`
 //! identities hold against the slot table.
+//!
+//! The post-processing steps run in the same sequences: idle markings (all, or by age with
+//! the device's clock moved on), writebacks of every kind to an in-memory backing store
+//! (some made to fail: nothing may change then), and recompressions with a secondary
+//! algorithm. They change no byte; the checks also hold the written-back slots against
+//! `bd_stat` and the backing store's live bytes.
 
 mod common;
 
 use common::{random, xorshift};
 use proptest::prelude::*;
+use std::sync::Arc;
 use zram::links;
 use zram::slot::{Flags, SlotEntry};
-use zram::{Algorithm, Error, Geometry, Header, PAGE_SIZE, PoolConfig, Size, Zram, ZramConfig};
+
+use zram::backing::{Backing, MemBacking};
+use zram::{
+    Algorithm, Error, Geometry, Header, Mode, PAGE_SIZE, PoolConfig, RecompAlgorithm,
+    RecompressRequest, Size, WritebackRequest, Zram, ZramConfig,
+};
 
 #[derive(Debug, Clone, Copy)]
 enum Fill {
@@ -40,6 +52,18 @@ enum Op {
     Compact,
     Flush,
     Clear,
+    /// `idle all`, or `idle AGE` after the clock moved on by `skew` seconds.
+    Idle(Option<u32>, u64),
+    /// A writeback of one kind; `fail` makes the backing store refuse it.
+    Writeback(Wb, bool),
+    /// A recompression of one kind, with a threshold.
+    Recompress(Option<Mode>, usize),
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Wb {
+    Mode(Mode),
+    Pages(u64, u64),
 }
 
 fn bytes(fill: Fill, offset: u64, len: usize) -> Vec<u8> {
@@ -135,22 +159,48 @@ fn op(s: Shape) -> impl Strategy<Value = Op> {
         1 => Just(Op::Compact),
         1 => Just(Op::Flush),
         1 => Just(Op::Clear),
+        2 => (prop::option::of(0u32..20), 0u64..20).prop_map(|(a, k)| Op::Idle(a, k)),
+        3 => (wb(s), prop::bool::weighted(0.2)).prop_map(|(w, f)| Op::Writeback(w, f)),
+        2 => (prop::option::of(mode()), prop_oneof![Just(0usize), 0usize..3000])
+            .prop_map(|(m, t)| Op::Recompress(m, t)),
+    ]
+}
+
+fn mode() -> impl Strategy<Value = Mode> {
+    prop_oneof![Just(Mode::Idle), Just(Mode::Huge), Just(Mode::HugeIdle)]
+}
+
+fn wb(s: Shape) -> impl Strategy<Value = Wb> {
+    let pages = (s.disksize / PAGE_SIZE) as u64;
+    prop_oneof![
+        prop_oneof![mode(), Just(Mode::Incompressible)].prop_map(Wb::Mode),
+        (0..pages, 0..pages).prop_map(|(a, b)| Wb::Pages(a.min(b), a.max(b))),
     ]
 }
 
 /// Each algorithm runs on a different pool shape: chain sizes 1 to 16, both zspage rules,
 /// both object layouts.
-fn device(algorithm: Algorithm, s: Shape) -> Zram {
+fn device(algorithm: Algorithm, s: Shape, backing: Arc<MemBacking>) -> Zram {
     let (chain_size, geometry, shards, header) = match algorithm {
         Algorithm::Lz4 => (4, Geometry::Seed, 1, Header::Handle),
         Algorithm::Zstd => (8, Geometry::MinWaste, 2, Header::Omitted),
         Algorithm::Lzo => (1, Geometry::Seed, 0, Header::Omitted),
         _ => (16, Geometry::MinWaste, 3, Header::Handle),
     };
-    Zram::new(ZramConfig {
+    let secondary = if algorithm == Algorithm::Zstd {
+        Algorithm::LzoRle
+    } else {
+        Algorithm::Zstd
+    };
+    let config = ZramConfig {
         disksize: s.disksize as u64,
         algorithm,
         unit_size: Size(s.unit as u64),
+        recomp_algorithm: vec![RecompAlgorithm {
+            priority: 1,
+            algorithm: secondary,
+            params: zram::AlgorithmParams::default(),
+        }],
         pool: PoolConfig {
             chain_size,
             geometry,
@@ -159,9 +209,10 @@ fn device(algorithm: Algorithm, s: Shape) -> Zram {
             ..PoolConfig::default()
         },
         auto_compact: None,
+        writeback_batch_size: 3,
         ..ZramConfig::default()
-    })
-    .expect("device")
+    };
+    Zram::with_backing(config, Some(backing as Arc<dyn Backing>)).expect("device")
 }
 
 fn same_word(bytes: &[u8]) -> Option<u64> {
@@ -172,9 +223,16 @@ fn same_word(bytes: &[u8]) -> Option<u64> {
         .then_some(first)
 }
 
-fn check(zram: &Zram, s: Shape, model: &[u8], step: &str) -> Result<(), TestCaseError> {
+fn check(
+    zram: &Zram,
+    backing: &MemBacking,
+    s: Shape,
+    model: &[u8],
+    step: &str,
+) -> Result<(), TestCaseError> {
     let mut image = vec![0xA5u8; s.disksize];
-    zram.read(0, &mut image).expect("read whole device");
+    // Not an access: idle marks must survive the check for later steps to use them.
+    zram.inspect(0, &mut image).expect("read whole device");
     for u in 0..s.units() {
         let r = s.unit_range(u);
         prop_assert!(image[r.clone()] == model[r], "{step}: unit {u} differs");
@@ -185,6 +243,7 @@ fn check(zram: &Zram, s: Shape, model: &[u8], step: &str) -> Result<(), TestCase
 
     let hcs = zram.huge_class_size();
     let (mut stored, mut same, mut huge, mut lens, mut objects) = (0u64, 0u64, 0u64, 0u64, 0);
+    let (mut wb_pages, mut wb_bytes) = (0u64, 0u64);
     for u in 0..s.units() {
         let e = zram.slot(u).expect("unit in range");
         let r = s.unit_range(u);
@@ -199,8 +258,15 @@ fn check(zram: &Zram, s: Shape, model: &[u8], step: &str) -> Result<(), TestCase
                 prop_assert_eq!(e.handle, w, "{}: unit {} fill word", step, u);
                 prop_assert_eq!(e.len, 0, "{}: unit {}", step, u);
             }
+            None if e.flags.contains(Flags::WB) => {
+                prop_assert!(e.len > 0 && e.len <= ulen, "{step}: unit {u}: {e:?}");
+                prop_assert_eq!(e.flags, Flags::WB, "{}: unit {} {:?}", step, u, e);
+                wb_pages += pages;
+                wb_bytes += e.len as u64;
+            }
             None => {
                 prop_assert!(!e.flags.contains(Flags::SAME), "{step}: unit {u}: {e:?}");
+                prop_assert!(!e.flags.contains(Flags::PP), "{step}: unit {u}: {e:?}");
                 prop_assert!(e.len > 0, "{step}: unit {u}: {e:?}");
                 let raw = e.flags.contains(Flags::HUGE);
                 prop_assert_eq!(raw, e.len == ulen, "{}: unit {} {:?}", step, u, e);
@@ -213,6 +279,9 @@ fn check(zram: &Zram, s: Shape, model: &[u8], step: &str) -> Result<(), TestCase
         if e.is_allocated() {
             stored += pages;
         }
+        if e.flags.contains(Flags::WB) {
+            continue;
+        }
         if e.len > 0 {
             objects += links(e.len) + 1;
         }
@@ -220,6 +289,8 @@ fn check(zram: &Zram, s: Shape, model: &[u8], step: &str) -> Result<(), TestCase
         huge += pages * u64::from(e.flags.contains(Flags::HUGE));
         lens += e.len as u64;
     }
+    prop_assert_eq!(zram.bd_stat().bd_count, wb_pages, "{}: bd_count", step);
+    prop_assert_eq!(backing.stats().live_bytes, wb_bytes, "{}: backing", step);
     prop_assert_eq!(zram.slot(s.units()), None, "{}", step);
     prop_assert_eq!(zram.pool().stats().obj_used, objects, "{}: objects", step);
 
@@ -242,9 +313,10 @@ fn check(zram: &Zram, s: Shape, model: &[u8], step: &str) -> Result<(), TestCase
 }
 
 fn run(algorithm: Algorithm, s: Shape, ops: &[Op]) -> Result<(), TestCaseError> {
-    let zram = device(algorithm, s);
+    let backing = Arc::new(MemBacking::new());
+    let zram = device(algorithm, s, Arc::clone(&backing));
     let mut model = vec![0u8; s.disksize];
-    check(&zram, s, &model, "start")?;
+    check(&zram, &backing, s, &model, "start")?;
     for (i, op) in ops.iter().enumerate() {
         let step = format!("{algorithm} unit {} step {i} {op:?}", s.unit);
         match *op {
@@ -300,8 +372,64 @@ fn run(algorithm: Algorithm, s: Shape, ops: &[Op]) -> Result<(), TestCaseError> 
                     prop_assert_eq!(zram.slot(u), Some(SlotEntry::default()), "{}", step);
                 }
             }
+            Op::Idle(age, skew) => {
+                zram.skew_clock(skew);
+                let req = age.map_or(zram::IdleRequest::All, zram::IdleRequest::Age);
+                zram.mark_idle(req);
+                for u in 0..s.units() {
+                    let e = zram.slot(u).unwrap();
+                    let resident = e.len > 0 && !e.flags.contains(Flags::WB);
+                    if age.is_none() && resident {
+                        prop_assert!(e.flags.contains(Flags::IDLE), "{step}: unit {u}: {e:?}");
+                    }
+                    if !resident {
+                        prop_assert!(!e.flags.contains(Flags::IDLE), "{step}: unit {u}: {e:?}");
+                    }
+                }
+            }
+            Op::Writeback(w, fail) => {
+                let req = match w {
+                    Wb::Mode(m) => WritebackRequest::mode(m),
+                    Wb::Pages(a, b) => format!("page_indexes={a}-{b}").parse().unwrap(),
+                };
+                let slots: Vec<_> = (0..s.units()).map(|u| zram.slot(u)).collect();
+                let bd = zram.bd_stat();
+                backing.fail_appends(fail);
+                let r = zram.writeback(&req);
+                backing.fail_appends(false);
+                match r {
+                    Ok(report) => {
+                        prop_assert_eq!(
+                            zram.bd_stat().bd_writes,
+                            bd.bd_writes + report.pages,
+                            "{}",
+                            step
+                        );
+                    }
+                    Err(e) => {
+                        prop_assert!(fail, "{step}: {e}");
+                        prop_assert_eq!(e.errno(), libc::ENOSPC, "{}", step);
+                        // The failed batch changed nothing, earlier batches may have landed.
+                        for (u, before) in slots.iter().enumerate() {
+                            let now = zram.slot(u);
+                            prop_assert!(
+                                now == *before || now.unwrap().flags.contains(Flags::WB),
+                                "{step}: unit {u}"
+                            );
+                        }
+                    }
+                }
+            }
+            Op::Recompress(mode, threshold) => {
+                let req = RecompressRequest {
+                    mode,
+                    threshold,
+                    ..RecompressRequest::default()
+                };
+                zram.recompress(&req).expect("recompress");
+            }
         }
-        check(&zram, s, &model, &step)?;
+        check(&zram, &backing, s, &model, &step)?;
     }
     Ok(())
 }

@@ -1,0 +1,400 @@
+//! Idle tracking, writeback and recompression end to end on the library: each rule of the
+//! kernel's (and each beyond it) with the figures it must move, on an in-memory backing
+//! store that can be made to fail or to stall.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+
+use common::random;
+use zram::backing::{Backing, BackingStats, MemBacking};
+use zram::slot::Flags;
+use zram::{
+    Algorithm, AlgorithmParams, IdleRequest, Mode, PAGE_SIZE, RecompAlgorithm, RecompressRequest,
+    WritebackRequest, Zram, ZramConfig,
+};
+
+const PAGES: usize = 64;
+
+/// Text that lz4 packs to about half and zstd much further.
+fn text(page: usize) -> Vec<u8> {
+    let words = [
+        "idle ",
+        "writeback ",
+        "zspage ",
+        "slot ",
+        "handle\n",
+        "class ",
+    ];
+    let mut out = Vec::new();
+    let mut s = page as u64 * 7919 + 1;
+    while out.len() < PAGE_SIZE {
+        s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        out.extend_from_slice(words[(s >> 33) as usize % words.len()].as_bytes());
+        out.push((s >> 40) as u8 % 16 + b'a');
+    }
+    out.truncate(PAGE_SIZE);
+    out
+}
+
+fn config() -> ZramConfig {
+    ZramConfig {
+        disksize: (PAGES * PAGE_SIZE) as u64,
+        algorithm: Algorithm::Lz4,
+        recomp_algorithm: vec![RecompAlgorithm {
+            priority: 1,
+            algorithm: Algorithm::Zstd,
+            params: AlgorithmParams {
+                level: Some(9),
+                dictionary: None,
+            },
+        }],
+        auto_compact: None,
+        writeback_batch_size: 4,
+        ..ZramConfig::default()
+    }
+}
+
+/// A device of text pages 0..32, random (huge) pages 32..48, same-filled 48..56, empty rest.
+fn filled(backing: Option<Arc<dyn Backing>>) -> (Zram, Vec<u8>) {
+    let zram = Zram::with_backing(config(), backing).unwrap();
+    let mut image = vec![0u8; PAGES * PAGE_SIZE];
+    for p in 0..56 {
+        let page = match p {
+            0..32 => text(p),
+            32..48 => random(PAGE_SIZE, p as u64),
+            _ => vec![p as u8; PAGE_SIZE],
+        };
+        zram.write((p * PAGE_SIZE) as u64, &page).unwrap();
+        image[p * PAGE_SIZE..(p + 1) * PAGE_SIZE].copy_from_slice(&page);
+    }
+    (zram, image)
+}
+
+fn same_bytes(zram: &Zram, image: &[u8]) {
+    let mut back = vec![0xEEu8; image.len()];
+    zram.inspect(0, &mut back).unwrap();
+    assert!(back == image, "device differs from what was written");
+    zram.pool().check_invariants().unwrap();
+}
+
+fn flags(zram: &Zram, p: usize) -> Flags {
+    zram.slot(p).unwrap().flags
+}
+
+#[test]
+fn idle_marks_by_age_skip_same_and_clear_on_access() {
+    let (zram, image) = filled(None);
+    assert_eq!(
+        zram.mark_idle("100".parse().unwrap()),
+        0,
+        "nothing is 100 s old yet"
+    );
+    zram.skew_clock(50);
+    zram.write(0, &text(0)).unwrap();
+    zram.skew_clock(60);
+    // Page 0 was written 60 s ago, the others 110 s ago.
+    assert_eq!(zram.mark_idle(IdleRequest::Age(100)), 47);
+    assert!(!flags(&zram, 0).contains(Flags::IDLE));
+    assert!(flags(&zram, 1).contains(Flags::IDLE));
+    assert!(
+        !flags(&zram, 50).contains(Flags::IDLE),
+        "same-filled slots are skipped"
+    );
+    assert_eq!(zram.mark_idle(IdleRequest::All), 1, "only page 0 was left");
+    let mut buf = vec![0u8; 100];
+    zram.read(PAGE_SIZE as u64 + 7, &mut buf).unwrap();
+    assert!(
+        !flags(&zram, 1).contains(Flags::IDLE),
+        "a read is an access"
+    );
+    zram.inspect(2 * PAGE_SIZE as u64, &mut buf).unwrap();
+    assert!(flags(&zram, 2).contains(Flags::IDLE), "inspection is not");
+    let text = zram.format_block_state();
+    let line1 = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("1 "))
+        .unwrap();
+    assert!(line1.ends_with(" ......"), "{line1}");
+    let line2 = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("2 "))
+        .unwrap();
+    assert!(line2.ends_with(" ...i.."), "{line2}");
+    let line33 = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("33 "))
+        .unwrap();
+    assert!(line33.ends_with(" ..hi.."), "{line33}");
+    let line50 = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("50 "))
+        .unwrap();
+    assert!(line50.ends_with(" s....."), "{line50}");
+    assert_eq!(text.lines().count(), 56, "one line per slot holding data");
+    same_bytes(&zram, &image);
+}
+
+#[test]
+fn writeback_moves_idle_slots_and_counts_pages() {
+    let backing = Arc::new(MemBacking::new());
+    let (zram, image) = filled(Some(backing.clone()));
+    let before = zram.mm_stat();
+    assert!(matches!(
+        zram.writeback(&WritebackRequest::mode(Mode::Idle)),
+        Ok(r) if r.slots == 0
+    ));
+    zram.mark_idle(IdleRequest::All);
+    let r = zram.writeback(&"huge_idle".parse().unwrap()).unwrap();
+    assert_eq!(r.pages, 16, "the random pages are huge");
+    let r2 = zram.writeback(&"idle".parse().unwrap()).unwrap();
+    assert_eq!(r2.pages, 32);
+    let bd = zram.bd_stat();
+    assert_eq!((bd.bd_count, bd.bd_writes, bd.bd_reads), (48, 48, 0));
+    assert_eq!(bd.format(), "      48        0       48\n");
+    let after = zram.mm_stat();
+    assert_eq!(
+        after.orig_data_size, before.orig_data_size,
+        "written-back data stays stored"
+    );
+    assert_eq!(after.huge_pages, 0);
+    assert_eq!(after.compr_data_size, 0);
+    assert!(
+        after.mem_used_total < before.mem_used_total / 4,
+        "{after:?}"
+    );
+    assert_eq!(backing.stats().live_bytes, r.bytes + r2.bytes);
+    assert!(
+        r2.bytes < 32 * PAGE_SIZE as u64 / 2,
+        "compressed objects, not pages: {r2:?}"
+    );
+    assert!(flags(&zram, 3) == Flags::WB);
+    let mut page = vec![0u8; PAGE_SIZE];
+    zram.read(3 * PAGE_SIZE as u64, &mut page).unwrap();
+    assert_eq!(page, text(3));
+    zram.read(40 * PAGE_SIZE as u64, &mut page).unwrap();
+    assert_eq!(zram.bd_stat().bd_reads, 2);
+    same_bytes(&zram, &image);
+    // Overwriting, discarding and clearing free the file copies.
+    zram.write(3 * PAGE_SIZE as u64, &text(99)).unwrap();
+    zram.discard(40 * PAGE_SIZE as u64, PAGE_SIZE as u64)
+        .unwrap();
+    assert_eq!(zram.bd_stat().bd_count, 46);
+    zram.clear();
+    assert_eq!(backing.stats().live_bytes, 0);
+}
+
+#[test]
+fn page_indexes_and_the_limit_follow_the_kernel() {
+    let backing = Arc::new(MemBacking::new());
+    let (zram, image) = filled(Some(backing));
+    let r = zram
+        .writeback(
+            &"page_index=5 page_indexes=10-12 page_index=50"
+                .parse()
+                .unwrap(),
+        )
+        .unwrap();
+    assert_eq!(r.pages, 4, "same-filled page 50 is never written back");
+    for p in [5, 10, 11, 12] {
+        assert_eq!(flags(&zram, p), Flags::WB, "page {p}");
+    }
+    assert_eq!(
+        zram.writeback(&"page_indexes=60-64".parse().unwrap())
+            .unwrap_err()
+            .errno(),
+        libc::EINVAL
+    );
+    zram.set_writeback_limit_enable(true);
+    zram.set_writeback_limit(3);
+    let err = zram.writeback(&"type=huge".parse().unwrap()).unwrap_err();
+    assert_eq!(
+        err.errno(),
+        libc::EIO,
+        "a spent limit stops writeback with EIO"
+    );
+    assert_eq!(zram.bd_stat().bd_count, 7);
+    assert_eq!(zram.writeback_limit(), 0);
+    zram.set_writeback_limit_enable(false);
+    assert_eq!(zram.writeback(&"huge".parse().unwrap()).unwrap().pages, 13);
+    same_bytes(&zram, &image);
+    let none = Zram::new(config()).unwrap();
+    assert_eq!(
+        none.writeback(&"huge".parse().unwrap())
+            .unwrap_err()
+            .errno(),
+        libc::ENODEV
+    );
+}
+
+#[test]
+fn a_failing_backing_store_loses_nothing() {
+    let backing = Arc::new(MemBacking::new());
+    let (zram, image) = filled(Some(backing.clone()));
+    backing.fail_appends(true);
+    let before: Vec<_> = (0..PAGES).map(|p| zram.slot(p)).collect();
+    let err = zram.writeback(&"huge".parse().unwrap()).unwrap_err();
+    assert_eq!(err.errno(), libc::ENOSPC);
+    assert_eq!(zram.counters().wb_failed.load(Ordering::Relaxed), 1);
+    let after: Vec<_> = (0..PAGES).map(|p| zram.slot(p)).collect();
+    assert_eq!(before, after, "no slot changed");
+    same_bytes(&zram, &image);
+    backing.fail_appends(false);
+    zram.writeback(&"huge".parse().unwrap()).unwrap();
+    backing.fail_reads(true);
+    let mut page = vec![0u8; PAGE_SIZE];
+    assert_eq!(
+        zram.read(33 * PAGE_SIZE as u64, &mut page)
+            .unwrap_err()
+            .errno(),
+        libc::EIO
+    );
+    assert_eq!(zram.io_stat().failed_reads, 1);
+    backing.fail_reads(false);
+    same_bytes(&zram, &image);
+}
+
+#[test]
+fn recompression_keeps_only_smaller_classes_and_marks_the_rest() {
+    let (zram, image) = filled(None);
+    let before = zram.mm_stat();
+    zram.mark_idle(IdleRequest::All);
+    let r = zram.recompress(&"type=idle".parse().unwrap()).unwrap();
+    assert_eq!(r.attempts, 48, "text and huge pages, not same-filled ones");
+    assert!(r.recompressed >= 28, "zstd beats lz4 on text: {r:?}");
+    assert_eq!(r.incompressible, 48 - r.recompressed);
+    for p in 32..48 {
+        assert!(
+            flags(&zram, p).contains(Flags::INCOMPRESSIBLE),
+            "random page {p}"
+        );
+        assert!(flags(&zram, p).contains(Flags::HUGE));
+    }
+    let e = zram.slot(0).unwrap();
+    assert_eq!(e.prio, 1);
+    assert!(
+        e.flags.contains(Flags::IDLE),
+        "recompression is not an access"
+    );
+    let after = zram.mm_stat();
+    assert!(after.compr_data_size < before.compr_data_size, "{after:?}");
+    assert_eq!(
+        before.compr_data_size - after.compr_data_size,
+        r.saved_bytes
+    );
+    same_bytes(&zram, &image);
+    // Nothing is left to try: incompressible and priority-1 slots are skipped.
+    assert_eq!(
+        zram.recompress(&RecompressRequest::default())
+            .unwrap()
+            .attempts,
+        0
+    );
+    // A rewrite goes back to the primary algorithm.
+    zram.write(0, &text(0)).unwrap();
+    assert_eq!(zram.slot(0).unwrap().prio, 0);
+    assert_eq!(
+        zram.recompress(&"max_pages=1".parse().unwrap())
+            .unwrap()
+            .attempts,
+        1
+    );
+    for bad in ["priority=2", "algo=lz4", "threshold=5000"] {
+        assert_eq!(
+            zram.recompress(&bad.parse().unwrap()).unwrap_err().errno(),
+            libc::EINVAL,
+            "{bad}"
+        );
+    }
+    let plain = Zram::new(ZramConfig {
+        recomp_algorithm: vec![],
+        ..config()
+    })
+    .unwrap();
+    assert_eq!(
+        plain
+            .recompress(&RecompressRequest::default())
+            .unwrap_err()
+            .errno(),
+        libc::EINVAL
+    );
+}
+
+/// A backing store whose appends wait at a barrier, so a test can act while one is in
+/// flight.
+#[derive(Debug)]
+struct Stalling {
+    inner: MemBacking,
+    armed: AtomicBool,
+    gate: Barrier,
+}
+
+impl Backing for Stalling {
+    fn append(&self, objects: &[&[u8]]) -> std::io::Result<Vec<u64>> {
+        if self.armed.swap(false, Ordering::SeqCst) {
+            self.gate.wait();
+            self.gate.wait();
+        }
+        self.inner.append(objects)
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()> {
+        self.inner.read(offset, out)
+    }
+    fn free(&self, offset: u64, len: usize) {
+        self.inner.free(offset, len);
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        self.inner.sync()
+    }
+    fn stats(&self) -> BackingStats {
+        self.inner.stats()
+    }
+}
+
+#[test]
+fn writes_during_writeback_win_and_recompression_waits_its_turn() {
+    let backing = Arc::new(Stalling {
+        inner: MemBacking::new(),
+        armed: AtomicBool::new(true),
+        gate: Barrier::new(2),
+    });
+    let (zram, mut image) = filled(Some(backing.clone()));
+    let zram = Arc::new(zram);
+    let z = Arc::clone(&zram);
+    let worker = std::thread::spawn(move || z.writeback(&"page_indexes=0-3".parse().unwrap()));
+    backing.gate.wait();
+    // The batch of pages 0..4 is on its way to the file.
+    assert!(flags(&zram, 1).contains(Flags::PP));
+    assert_eq!(
+        zram.recompress(&RecompressRequest::default())
+            .unwrap_err()
+            .errno(),
+        libc::EAGAIN
+    );
+    zram.write(PAGE_SIZE as u64, &text(77)).unwrap();
+    image[PAGE_SIZE..2 * PAGE_SIZE].copy_from_slice(&text(77));
+    let mut buf = vec![0u8; 10];
+    zram.read(2 * PAGE_SIZE as u64, &mut buf).unwrap();
+    backing.gate.wait();
+    let r = worker.join().unwrap().unwrap();
+    assert_eq!(
+        r.pages, 3,
+        "page 1 was rewritten; pages 0, 2 (read meanwhile) and 3 go"
+    );
+    assert_eq!(
+        flags(&zram, 1),
+        Flags::default(),
+        "the rewrite stays in memory"
+    );
+    assert_eq!(flags(&zram, 2), Flags::WB);
+    assert_eq!(
+        backing.stats().live_bytes,
+        zram.slot(0).unwrap().len as u64
+            + zram.slot(2).unwrap().len as u64
+            + zram.slot(3).unwrap().len as u64
+    );
+    same_bytes(&zram, &image);
+}
