@@ -14,6 +14,7 @@ use crate::PAGE_SIZE;
 use crate::comp::{Algorithm, AlgorithmParams};
 use crate::compact::AutoCompact;
 use crate::error::{Error, Result};
+use crate::policy::Policy;
 use crate::size::Size;
 
 /// The device size when none is given: 1 GiB.
@@ -136,6 +137,10 @@ pub struct ZramConfig {
     /// extent into a small read-back cache (beyond the kernel).
     #[cfg_attr(feature = "clap", arg(long, default_value_t = true, action = clap::ArgAction::Set))]
     pub readback_readahead: bool,
+    /// Automatic recompression and writeback (beyond the kernel; off by default): a
+    /// `[device.policy]` table in config files, the `policy` attribute at run time.
+    #[cfg_attr(feature = "clap", arg(skip))]
+    pub policy: Policy,
     /// Background compaction (beyond the kernel); `None` turns it off.
     #[serde(skip)]
     #[cfg_attr(feature = "clap", arg(skip = Some(AutoCompact::default())))]
@@ -158,6 +163,7 @@ impl Default for ZramConfig {
             backing_dev: None,
             writeback_batch_size: DEFAULT_WRITEBACK_BATCH,
             readback_readahead: true,
+            policy: Policy::default(),
             auto_compact: Some(AutoCompact::default()),
             pool: PoolConfig::default(),
         }

@@ -15,6 +15,7 @@ use crate::comp::{Algorithm, AlgorithmParams, CodecPool};
 use crate::compact::Compactor;
 use crate::config::{RecompAlgorithm, ZramConfig};
 use crate::error::{Error, Op, Result};
+use crate::policy::{Policy, PolicyStats, PolicyThread, Shared};
 use crate::pp::{IdleRequest, RecompressRequest, WritebackRequest};
 use crate::recompress::RecompressReport;
 use crate::slot::{Flags, SlotEntry};
@@ -25,8 +26,11 @@ use crate::writeback::WritebackReport;
 /// A compressed RAM block device.
 #[derive(Debug)]
 pub struct Zram {
-    store: Store,
+    store: Arc<Store>,
     compactor: Option<Compactor>,
+    policy: Arc<Shared>,
+    /// Started with the first enabled policy; ends with the device.
+    policy_thread: parking_lot::Mutex<Option<PolicyThread>>,
     recomp: Vec<RecompAlgorithm>,
     backing_dev: Option<PathBuf>,
 }
@@ -68,22 +72,26 @@ impl Zram {
         for r in &config.recomp_algorithm {
             codecs[usize::from(r.priority)] = Some(CodecPool::new(r.algorithm, r.params.clone())?);
         }
-        let store = Store::new(
+        let store = Arc::new(Store::new(
             disksize,
             unit_size,
             Arc::clone(&pool),
             codecs,
             config.mem_limit.bytes(),
             backing,
-        )?;
+        )?);
         store.set_writeback_batch(config.writeback_batch_size as usize);
         let compactor = config.auto_compact.map(|ac| Compactor::start(pool, ac));
-        Ok(Self {
+        let zram = Self {
             store,
             compactor,
+            policy: Shared::new(Policy::default()),
+            policy_thread: parking_lot::Mutex::new(None),
             recomp: config.recomp_algorithm,
             backing_dev: config.backing_dev,
-        })
+        };
+        zram.set_policy(config.policy)?;
+        Ok(zram)
     }
 
     /// Size in bytes.
@@ -319,7 +327,7 @@ impl Zram {
 
     /// Re-encodes slots with a secondary algorithm (the kernel's `recompress`).
     pub fn recompress(&self, req: &RecompressRequest) -> Result<RecompressReport> {
-        crate::recompress::recompress(&self.store, req, &self.recomp)
+        crate::recompress::recompress(&self.store, req)
     }
 
     /// `writeback_limit_enable`.
@@ -365,6 +373,52 @@ impl Zram {
     /// The device's counters (post-processing figures included), for metrics.
     pub fn counters(&self) -> &Counters {
         self.store.counters()
+    }
+
+    /// The automatic post-processing policy.
+    pub fn policy(&self) -> Policy {
+        self.policy.policy()
+    }
+
+    /// Sets the policy (refused when it names what the device lacks: a secondary
+    /// algorithm of that priority, a backing file for writeback).
+    pub fn set_policy(&self, policy: Policy) -> Result<()> {
+        if policy.recompress_age.is_some() {
+            match policy.recompress_priority {
+                Some(p) => {
+                    self.store.codec(p)?;
+                }
+                None if self.recomp.is_empty() => {
+                    return Err(Error::InvalidArgument(
+                        "recompress_age needs a recomp_algorithm".into(),
+                    ));
+                }
+                None => {}
+            }
+        }
+        if policy.writeback_age.is_some() && self.store.backing().is_none() {
+            return Err(Error::NoBackingDev);
+        }
+        let enabled = policy.enabled;
+        self.policy.set(policy);
+        let mut thread = self.policy_thread.lock();
+        if enabled && thread.is_none() {
+            *thread = Some(PolicyThread::start(
+                Arc::downgrade(&self.store),
+                Arc::clone(&self.policy),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Runs one policy round now, enabled or not; returns the policy's figures after it.
+    pub fn run_policy_round(&self) -> PolicyStats {
+        self.policy.round(&self.store)
+    }
+
+    /// What the policy has done.
+    pub fn policy_stats(&self) -> PolicyStats {
+        self.policy.stats()
     }
 
     /// Lets `secs` seconds pass on the device's idle-tracking clock (for tests and the

@@ -10,6 +10,7 @@
 //! - [`pp`]: post-processing: choosing slots, the `idle`/`writeback`/`recompress` arguments;
 //! - [`writeback`]: moving slots to the backing file; [`backing`]: the backing store;
 //! - [`recompress`]: re-encoding slots with a secondary algorithm;
+//! - [`policy`]: automatic recompression and writeback in rounds (beyond the kernel);
 //! - [`slot`]: the slot table and per-slot locks;
 //! - [`comp`]: compressors (lz4, zstd, lzo, lzo-rle) behind one trait;
 //! - [`lzo`]: our clean-room LZO1X / LZO-RLE codec;
@@ -19,7 +20,7 @@
 //! - [`error`]: the error type and its one mapping to errnos;
 //! - `sys`: the zeroed slot table from the OS (the crate's only `unsafe`).
 //!
-//! Files import only files below them in this order: device → (writeback, recompress) →
+//! Files import only files below them in this order: device → policy → (writeback, recompress) →
 //! pp → store → (backing, chain, same, slot, comp, stats) → (error, size, sys).
 //!
 //! Lock order: slot lock → (compressor context: per thread, no lock | zsmalloc class-shard
@@ -33,6 +34,7 @@ pub mod config;
 pub mod device;
 pub mod error;
 pub mod lzo;
+pub mod policy;
 pub mod pp;
 pub mod recompress;
 mod same;
@@ -49,6 +51,7 @@ pub use comp::{Algorithm, AlgorithmParams};
 pub use config::{RecompAlgorithm, ZramConfig};
 pub use device::Zram;
 pub use error::{Error, Op, Result};
+pub use policy::{Policy, PolicyStats};
 pub use pp::{IdleRequest, Mode, RecompressRequest, WritebackRequest};
 pub use recompress::RecompressReport;
 pub use size::Size;

@@ -27,6 +27,11 @@ pub enum Mode {
     HugeIdle,
     /// Slots recompression found incompressible.
     Incompressible,
+    /// Beyond the kernel, for policies: slots last accessed at or before this device
+    /// time (seconds since it started), idle-marked or not.
+    IdleSince(u32),
+    /// Huge slots last accessed at or before this device time.
+    HugeIdleSince(u32),
 }
 
 impl Mode {
@@ -41,6 +46,8 @@ impl Mode {
                 Mode::Huge => f.contains(Flags::HUGE),
                 Mode::HugeIdle => f.contains(Flags::HUGE.with(Flags::IDLE)),
                 Mode::Incompressible => f.contains(Flags::INCOMPRESSIBLE),
+                Mode::IdleSince(t) => e.ac_time <= t,
+                Mode::HugeIdleSince(t) => e.ac_time <= t && f.contains(Flags::HUGE),
             }
     }
 
@@ -88,6 +95,8 @@ impl std::str::FromStr for IdleRequest {
 pub struct WritebackRequest {
     /// (mode, first page, last page + 1) scans.
     pub(crate) scans: Vec<(Mode, u64, Option<u64>)>,
+    /// Pages to write at most (0: no limit; beyond the kernel, for policies' budgets).
+    pub max_pages: u64,
 }
 
 impl WritebackRequest {
@@ -95,6 +104,7 @@ impl WritebackRequest {
     pub fn mode(mode: Mode) -> Self {
         Self {
             scans: vec![(mode, 0, None)],
+            max_pages: 0,
         }
     }
 }
@@ -145,7 +155,10 @@ impl std::str::FromStr for WritebackRequest {
         if scans.is_empty() {
             return Err(bad());
         }
-        Ok(Self { scans })
+        Ok(Self {
+            scans,
+            max_pages: 0,
+        })
     }
 }
 

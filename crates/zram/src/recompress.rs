@@ -38,25 +38,19 @@ pub struct RecompressReport {
 }
 
 /// The priority a request names, checked against the device's algorithms.
-fn priority(
-    store: &Store,
-    req: &RecompressRequest,
-    algos: &[crate::RecompAlgorithm],
-) -> Result<u8> {
-    let p =
-        match (req.priority, req.algo) {
-            (Some(p), _) => p,
-            (None, Some(a)) => algos
-                .iter()
-                .find(|r| r.algorithm == a)
-                .map(|r| r.priority)
-                .ok_or_else(|| {
-                    Error::InvalidArgument(format!("algo={a} is not a recompression algorithm"))
-                })?,
-            (None, None) => algos.iter().map(|r| r.priority).min().ok_or_else(|| {
-                Error::InvalidArgument("no recompression algorithm is set".into())
+fn priority(store: &Store, req: &RecompressRequest) -> Result<u8> {
+    let mut secondary = (1..=crate::config::MAX_PRIORITY).filter(|&p| store.codec(p).is_ok());
+    let p = match (req.priority, req.algo) {
+        (Some(p), _) => p,
+        (None, Some(a)) => secondary
+            .find(|&p| store.codec(p).is_ok_and(|c| c.algorithm() == a))
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!("algo={a} is not a recompression algorithm"))
             })?,
-        };
+        (None, None) => secondary
+            .next()
+            .ok_or_else(|| Error::InvalidArgument("no recompression algorithm is set".into()))?,
+    };
     store.codec(p)?;
     Ok(p)
 }
@@ -70,12 +64,8 @@ fn class_key(store: &Store, len: usize) -> Result<(usize, usize)> {
 }
 
 /// Runs a recompression pass.
-pub(crate) fn recompress(
-    store: &Store,
-    req: &RecompressRequest,
-    algos: &[crate::RecompAlgorithm],
-) -> Result<RecompressReport> {
-    let prio = priority(store, req, algos)?;
+pub(crate) fn recompress(store: &Store, req: &RecompressRequest) -> Result<RecompressReport> {
+    let prio = priority(store, req)?;
     if req.threshold > store.unit_size() {
         return Err(Error::InvalidArgument(format!(
             "threshold={}",

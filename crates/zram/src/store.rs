@@ -617,6 +617,11 @@ impl Store {
         self.table.lock(index).get()
     }
 
+    /// `mem_limit` in bytes (0 = none).
+    pub(crate) fn mem_limit(&self) -> u64 {
+        self.limit_pages.load(Relaxed) * PAGE_SIZE as u64
+    }
+
     /// Sets `mem_limit` in bytes (0 = none).
     pub(crate) fn set_mem_limit(&self, bytes: u64) {
         self.limit_pages

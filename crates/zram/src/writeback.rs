@@ -54,8 +54,12 @@ pub(crate) fn writeback(store: &Store, req: &WritebackRequest) -> Result<Writeba
     let mut batch: Vec<Gathered> = Vec::new();
     let mut stream = Vec::new();
     let mut limited = false;
+    let mut taken = 0;
     for index in candidates {
         let pages = store.pages(index);
+        if req.max_pages != 0 && taken + pages > req.max_pages {
+            break;
+        }
         {
             let mut g = store.lock(index);
             let e = g.get();
@@ -69,6 +73,7 @@ pub(crate) fn writeback(store: &Store, req: &WritebackRequest) -> Result<Writeba
             }
             store.stream_of(&g, &mut stream)?;
             store.set_flag(&mut g, Flags::PP, true);
+            taken += pages;
             let start = buf.len();
             buf.extend_from_slice(&stream);
             batch.push(Gathered {

@@ -398,3 +398,78 @@ fn writes_during_writeback_win_and_recompression_waits_its_turn() {
     );
     same_bytes(&zram, &image);
 }
+
+#[test]
+fn a_policy_round_recompresses_then_writes_back_cold_slots_within_its_budget() {
+    let backing = Arc::new(MemBacking::new());
+    let (zram, image) = filled(Some(backing));
+    let mut policy: zram::Policy =
+        "recompress_age=600 writeback_age=3600 writeback_round=40K min_age=60"
+            .parse()
+            .unwrap();
+    zram.set_policy(policy.clone()).unwrap();
+    let st = zram.run_policy_round();
+    assert_eq!(
+        (st.recompressed, st.written_back_pages),
+        (0, 0),
+        "nothing is old yet: {st:?}"
+    );
+    zram.skew_clock(1000);
+    zram.write(0, &text(0)).unwrap();
+    let st = zram.run_policy_round();
+    assert!(st.recompressed >= 28, "{st:?}");
+    assert_eq!(zram.slot(0).unwrap().prio, 0, "page 0 was just written");
+    assert_eq!(st.written_back_pages, 0, "nothing is an hour old: {st:?}");
+    zram.skew_clock(3000);
+    let st = zram.run_policy_round();
+    // 40K = 10 pages a round, huge idle ones first.
+    assert_eq!(st.written_back_pages, 10, "{st:?}");
+    assert_eq!(
+        (32..48).filter(|&p| flags(&zram, p) == Flags::WB).count(),
+        10
+    );
+    assert!(
+        st.last_round.contains("wrote back 10 pages"),
+        "{}",
+        st.last_round
+    );
+    // Above the watermark only: a high one stops writeback.
+    policy.apply("writeback_watermark=1G").unwrap();
+    zram.set_policy(policy.clone()).unwrap();
+    assert_eq!(zram.run_policy_round().written_back_pages, 10);
+    // Under pressure (at mem_limit) the age shrinks to min_age: page 0, 3000 s old, goes;
+    // page 1, just written, stays.
+    zram.write(PAGE_SIZE as u64, &text(1)).unwrap();
+    zram.set_mem_limit(zram.mm_stat().mem_used_total);
+    policy
+        .apply("writeback_watermark=0 writeback_round=1M writeback_age=100000")
+        .unwrap();
+    zram.set_policy(policy.clone()).unwrap();
+    let st = zram.run_policy_round();
+    assert_eq!(st.last_ages.1, Some(60), "{st:?}");
+    assert!(flags(&zram, 0) == Flags::WB);
+    assert!(!flags(&zram, 1).contains(Flags::WB), "accessed just now");
+    same_bytes(&zram, &image_with(&image, 1, &text(1)));
+    // A policy naming what the device lacks is refused.
+    let plain = Zram::new(config()).unwrap();
+    assert_eq!(
+        plain
+            .set_policy("writeback_age=5".parse().unwrap())
+            .unwrap_err()
+            .errno(),
+        libc::ENODEV
+    );
+    assert_eq!(
+        plain
+            .set_policy("recompress_age=5 recompress_priority=2".parse().unwrap())
+            .unwrap_err()
+            .errno(),
+        libc::EINVAL
+    );
+}
+
+fn image_with(image: &[u8], page: usize, data: &[u8]) -> Vec<u8> {
+    let mut out = image.to_vec();
+    out[page * PAGE_SIZE..(page + 1) * PAGE_SIZE].copy_from_slice(data);
+    out
+}
