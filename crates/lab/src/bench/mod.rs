@@ -1,6 +1,7 @@
 //! `zramd-lab bench` (which `zramd bench` runs): the lab's measurements, each printing
 //! figures measured side by side.
 
+mod cold;
 mod device;
 mod nbd;
 mod pool;
@@ -20,6 +21,8 @@ pub struct Args {
 enum What {
     /// The allocator alone: thread scaling, compaction throughput, memory overhead.
     Pool(pool::Args),
+    /// Memory gone cold: recompression and writeback of idle slots, read-back latencies.
+    Cold(cold::Args),
     /// zramd against `nbdkit memory` over NBD: throughput and server RSS.
     Nbd(nbd::Args),
     /// The seeds' workload: ext4 on the device, untar, delete directories, next to the
@@ -31,6 +34,7 @@ enum What {
 pub fn run(args: &Args) -> anyhow::Result<()> {
     match &args.what {
         Some(What::Pool(a)) => pool::run(a),
+        Some(What::Cold(a)) => cold::run(a),
         Some(What::Nbd(a)) => nbd::run(a),
         Some(What::Untar(a)) => untar::run(a),
         None => device::run(&args.device),
