@@ -11,6 +11,7 @@
 //! - [`comp`]: compressors (lz4, zstd, lzo, lzo-rle) behind one trait;
 //! - [`lzo`]: our clean-room LZO1X / LZO-RLE codec;
 //! - [`compact`]: automatic background compaction;
+//! - [`backing`]: backing stores for written-back slots;
 //! - [`stats`]: counters and the kernel's `mm_stat`, `io_stat`, `debug_stat` formats;
 //! - [`size`]: sizes with K/M/G suffixes;
 //! - [`error`]: the error type and its one mapping to errnos;
@@ -22,6 +23,7 @@
 //! Lock order: slot lock → (compressor context: per thread, no lock | zsmalloc class-shard
 //! lock → page-source lock).
 
+pub mod backing;
 mod chain;
 pub mod comp;
 pub mod compact;

@@ -1,0 +1,98 @@
+//! Backing stores: where written-back slots go (the kernel's `backing_dev`).
+//!
+//! A device writes a slot back by handing its compressed stream to a [`Backing`], which
+//! names it by an offset; the device keeps that offset (and the stream's length) in the
+//! slot, reads the stream back by it, and frees it when the slot is overwritten or
+//! discarded. A store knows nothing of slots: it holds byte strings of 1 to
+//! [`MAX_OBJECT`] bytes.
+//!
+//! - [`mem`]: [`MemBacking`], in memory, with failures to inject (a test double).
+//!
+//! # Contract
+//!
+//! - [`Backing::append`] is all or nothing and durable when it returns;
+//! - an object is read back with the offset `append` gave and its exact length, and freed
+//!   once with the same; reading or freeing anything else is the caller's bug (a store may
+//!   return an error, wrong bytes or panic);
+//! - a read never returns bytes other than the object's: a store that cannot read them
+//!   all returns an error.
+
+pub mod mem;
+
+pub use mem::MemBacking;
+
+/// The largest object a store holds: a whole slot of the largest `unit_size` stored raw.
+pub const MAX_OBJECT: usize = 128 * 1024;
+
+/// Where written-back data goes.
+pub trait Backing: Send + Sync + std::fmt::Debug {
+    /// Stores `objects` (each the compressed stream of one slot, 1..=[`MAX_OBJECT`] bytes)
+    /// and returns each one's offset (its name in the store), in order.
+    ///
+    /// Durable when it returns: written, synced, and not left in the host's page cache.
+    /// All or nothing: on error nothing is stored (any space taken is released) and the
+    /// error says why (`ENOSPC`, `EIO`, ...).
+    fn append(&self, objects: &[&[u8]]) -> std::io::Result<Vec<u64>>;
+
+    /// Reads the object of `out.len()` bytes at `offset` (as [`append`](Self::append)
+    /// returned it). A short read (a truncated file) is an error, never wrong bytes.
+    fn read(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()>;
+
+    /// Frees the object of `len` bytes at `offset`; its space is reused later.
+    fn free(&self, offset: u64, len: usize);
+
+    /// Flushes everything to stable storage.
+    fn sync(&self) -> std::io::Result<()>;
+
+    /// The store's figures.
+    fn stats(&self) -> BackingStats;
+}
+
+/// A backing store's figures. Each is counted where its event happens.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BackingStats {
+    /// Sum of the lengths of the objects stored (appended and not freed).
+    pub live_bytes: u64,
+    /// Bytes of the store's extent in use: for a file, the segments holding data or being
+    /// filled (the segment being filled up to its used end), free and punched segments
+    /// not counted. For a store in memory, `live_bytes`.
+    pub file_bytes: u64,
+    /// Bytes written to the store's medium (counted as each write succeeds, also those of
+    /// an append that then failed as a whole).
+    pub bytes_written: u64,
+    /// Bytes read from the medium (not those served from a cache).
+    pub bytes_read: u64,
+    /// Objects asked for by [`Backing::read`].
+    pub reads: u64,
+    /// Reads served from the read-ahead cache without I/O.
+    pub cache_hits: u64,
+    /// Reads that returned an error.
+    pub read_errors: u64,
+    /// Appends that returned an error.
+    pub write_errors: u64,
+    /// Segments punched out of the file once no live object was left in them.
+    pub segments_punched: u64,
+}
+
+/// An error with the errno `errno` (`ENOSPC`, `EIO`, ...).
+pub(crate) fn os_error(errno: i32) -> std::io::Error {
+    std::io::Error::from_raw_os_error(errno)
+}
+
+/// Checks the lengths of `objects` for [`Backing::append`]: `InvalidInput` unless each is
+/// 1..=[`MAX_OBJECT`] bytes.
+pub(crate) fn check_objects(objects: &[&[u8]]) -> std::io::Result<()> {
+    match objects
+        .iter()
+        .find(|o| o.is_empty() || o.len() > MAX_OBJECT)
+    {
+        Some(bad) => Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!(
+                "an object of {} bytes (1..={MAX_OBJECT} allowed)",
+                bad.len()
+            ),
+        )),
+        None => Ok(()),
+    }
+}
