@@ -11,7 +11,7 @@
 //! - [`comp`]: compressors (lz4, zstd, lzo, lzo-rle) behind one trait;
 //! - [`lzo`]: our clean-room LZO1X / LZO-RLE codec;
 //! - [`compact`]: automatic background compaction;
-//! - [`backing`]: backing stores for written-back slots;
+//! - [`backing`]: backing stores for written-back slots ([`backing::FileBacking`], a packed log);
 //! - [`stats`]: counters and the kernel's `mm_stat`, `io_stat`, `debug_stat` formats;
 //! - [`size`]: sizes with K/M/G suffixes;
 //! - [`error`]: the error type and its one mapping to errnos;

@@ -6,7 +6,12 @@
 //! discarded. A store knows nothing of slots: it holds byte strings of 1 to
 //! [`MAX_OBJECT`] bytes.
 //!
-//! - [`mem`]: [`MemBacking`], in memory, with failures to inject (a test double).
+//! - [`file`]: [`FileBacking`], a packed log in a regular file or a block device;
+//! - [`mem`]: [`MemBacking`], in memory, with failures to inject (a test double);
+//! - `segments` (private): the file store's allocation state, no I/O;
+//! - `cache` (private): the file store's read-ahead window cache.
+//!
+//! Files import only files below them: file → (segments, cache) → this module.
 //!
 //! # Contract
 //!
@@ -17,8 +22,13 @@
 //! - a read never returns bytes other than the object's: a store that cannot read them
 //!   all returns an error.
 
+pub mod file;
 pub mod mem;
 
+mod cache;
+mod segments;
+
+pub use file::{FileBacking, FileOptions};
 pub use mem::MemBacking;
 
 /// The largest object a store holds: a whole slot of the largest `unit_size` stored raw.
