@@ -8,13 +8,14 @@
 //! - `chain`: data spread over several objects (compression units larger than a page);
 //! - `same`: same-filled pages;
 //! - [`pp`]: post-processing: choosing slots, the `idle`/`writeback`/`recompress` arguments;
-//! - [`writeback`]: moving slots to the backing file; [`backing`]: the backing store;
+//! - [`writeback`]: moving slots to the backing file;
 //! - [`recompress`]: re-encoding slots with a secondary algorithm;
 //! - [`policy`]: automatic recompression and writeback in rounds (beyond the kernel);
 //! - [`slot`]: the slot table and per-slot locks;
 //! - [`comp`]: compressors (lz4, zstd, lzo, lzo-rle) behind one trait;
 //! - [`lzo`]: our clean-room LZO1X / LZO-RLE codec;
 //! - [`compact`]: automatic background compaction;
+//! - [`backing`]: backing stores for written-back slots ([`backing::FileBacking`], a packed log);
 //! - [`stats`]: counters and the kernel's `mm_stat`, `io_stat`, `debug_stat` formats;
 //! - [`size`]: sizes with K/M/G suffixes;
 //! - [`error`]: the error type and its one mapping to errnos;

@@ -237,7 +237,7 @@ fn a_failing_backing_store_loses_nothing() {
     backing.fail_appends(true);
     let before: Vec<_> = (0..PAGES).map(|p| zram.slot(p)).collect();
     let err = zram.writeback(&"huge".parse().unwrap()).unwrap_err();
-    assert_eq!(err.errno(), libc::ENOSPC);
+    assert_eq!(err.errno(), libc::EIO);
     assert_eq!(zram.counters().wb_failed.load(Ordering::Relaxed), 1);
     let after: Vec<_> = (0..PAGES).map(|p| zram.slot(p)).collect();
     assert_eq!(before, after, "no slot changed");
@@ -254,6 +254,33 @@ fn a_failing_backing_store_loses_nothing() {
     );
     assert_eq!(zram.io_stat().failed_reads, 1);
     backing.fail_reads(false);
+    same_bytes(&zram, &image);
+}
+
+#[test]
+fn a_full_backing_store_stops_writeback_with_enospc_and_keeps_what_landed() {
+    // Room for about ten compressed text pages.
+    let backing = Arc::new(MemBacking::with_limit(10 * 2000));
+    let (zram, image) = filled(Some(backing.clone()));
+    zram.mark_idle(IdleRequest::All);
+    let err = zram
+        .writeback(&"type=idle page_indexes=0-31".parse().unwrap())
+        .unwrap_err();
+    assert_eq!(err.errno(), libc::ENOSPC, "{err}");
+    let bd = zram.bd_stat().bd_count;
+    assert!(
+        bd > 0 && bd < 32,
+        "whole batches landed before the file filled: {bd}"
+    );
+    assert_eq!(
+        backing.stats().live_bytes,
+        (0..32)
+            .filter_map(|p| zram.slot(p))
+            .filter(|e| e.flags.contains(Flags::WB))
+            .map(|e| e.len as u64)
+            .sum::<u64>()
+    );
+    assert!((0..PAGES).all(|p| !flags(&zram, p).contains(Flags::PP)));
     same_bytes(&zram, &image);
 }
 

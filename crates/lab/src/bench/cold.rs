@@ -27,8 +27,8 @@ use serde::Serialize;
 use zram::backing::{Backing, FileBacking, FileOptions};
 use zram::slot::Flags;
 use zram::{
-    Algorithm, AlgorithmParams, IdleRequest, Mode, Policy, RecompAlgorithm, WritebackRequest,
-    Zram, ZramConfig,
+    Algorithm, AlgorithmParams, IdleRequest, Mode, Policy, RecompAlgorithm, WritebackRequest, Zram,
+    ZramConfig,
 };
 
 const PAGE: usize = 4096;
@@ -104,7 +104,8 @@ struct Corpus {
 }
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    let tar = std::fs::read(&args.input).with_context(|| format!("read {}", args.input.display()))?;
+    let tar =
+        std::fs::read(&args.input).with_context(|| format!("read {}", args.input.display()))?;
     if tar.is_empty() {
         bail!("{} is empty", args.input.display());
     }
@@ -202,7 +203,14 @@ fn anon_image(len: usize) -> Vec<u8> {
                 }
             }
             15..=17 => {
-                let words: [&[u8]; 6] = [b"malloc ", b"free ", b"GET /index.html ", b"200 OK ", b"user_id=", b"\n"];
+                let words: [&[u8]; 6] = [
+                    b"malloc ",
+                    b"free ",
+                    b"GET /index.html ",
+                    b"200 OK ",
+                    b"user_id=",
+                    b"\n",
+                ];
                 let mut at = 0;
                 while at < PAGE {
                     let w = words[(next() % 6) as usize];
@@ -290,7 +298,9 @@ fn corpus(args: &Args, name: String, mut data: Vec<u8>) -> anyhow::Result<Corpus
                 }
             }
         }
-        round.join().map_err(|_| anyhow::anyhow!("policy round panicked"))
+        round
+            .join()
+            .map_err(|_| anyhow::anyhow!("policy round panicked"))
     })?;
     let mem_recompressed = dev.mm_stat().mem_used_total;
 
@@ -311,7 +321,11 @@ fn corpus(args: &Args, name: String, mut data: Vec<u8>) -> anyhow::Result<Corpus
 
     // 6. Read-back in file order, with readahead and without.
     let mut order: Vec<(u64, usize)> = (0..pages)
-        .filter_map(|p| dev.slot(p).filter(|e| e.flags.contains(Flags::WB)).map(|e| (e.handle, p)))
+        .filter_map(|p| {
+            dev.slot(p)
+                .filter(|e| e.flags.contains(Flags::WB))
+                .map(|e| (e.handle, p))
+        })
         .collect();
     order.sort_unstable();
     if args.readback_pages != 0 {

@@ -1,138 +1,108 @@
-//! PLACEHOLDER until the backing store lands: the interface only.
+//! Backing stores: where written-back slots go (the kernel's `backing_dev`).
+//!
+//! A device writes a slot back by handing its compressed stream to a [`Backing`], which
+//! names it by an offset; the device keeps that offset (and the stream's length) in the
+//! slot, reads the stream back by it, and frees it when the slot is overwritten or
+//! discarded. A store knows nothing of slots: it holds byte strings of 1 to
+//! [`MAX_OBJECT`] bytes.
+//!
+//! - [`file`]: [`FileBacking`], a packed log in a regular file or a block device;
+//! - [`mem`]: [`MemBacking`], in memory, with failures to inject (a test double);
+//! - `segments` (private): the file store's allocation state, no I/O;
+//! - `cache` (private): the file store's read-ahead window cache.
+//!
+//! Files import only files below them: file → (segments, cache) → this module.
+//!
+//! # Contract
+//!
+//! - [`Backing::append`] is all or nothing and durable when it returns;
+//! - an object is read back with the offset `append` gave and its exact length, and freed
+//!   once with the same; reading or freeing anything else is the caller's bug (a store may
+//!   return an error, wrong bytes or panic);
+//! - a read never returns bytes other than the object's: a store that cannot read them
+//!   all returns an error.
 
-/// Figures of a backing store.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct BackingStats {
-    /// Bytes of objects stored.
-    pub live_bytes: u64,
-    /// Bytes of file in use.
-    pub file_bytes: u64,
-    /// Bytes written.
-    pub bytes_written: u64,
-    /// Bytes read from the file.
-    pub bytes_read: u64,
-    /// Reads.
-    pub reads: u64,
-    /// Reads served from the read-back cache.
-    pub cache_hits: u64,
-    /// Failed reads.
-    pub read_errors: u64,
-    /// Failed appends.
-    pub write_errors: u64,
-    /// Segments punched.
-    pub segments_punched: u64,
-}
+pub mod file;
+pub mod mem;
+
+mod cache;
+mod segments;
+
+pub use file::{FileBacking, FileOptions};
+pub use mem::MemBacking;
+
+/// The largest object a store holds: a whole slot of the largest `unit_size` stored raw.
+pub const MAX_OBJECT: usize = 128 * 1024;
 
 /// Where written-back data goes.
 pub trait Backing: Send + Sync + std::fmt::Debug {
-    /// Stores `objects`, returns their offsets.
+    /// Stores `objects` (each the compressed stream of one slot, 1..=[`MAX_OBJECT`] bytes)
+    /// and returns each one's offset (its name in the store), in order.
+    ///
+    /// Durable when it returns: written, synced, and not left in the host's page cache.
+    /// All or nothing: on error nothing is stored (any space taken is released) and the
+    /// error says why (`ENOSPC`, `EIO`, ...).
     fn append(&self, objects: &[&[u8]]) -> std::io::Result<Vec<u64>>;
-    /// Reads an object.
+
+    /// Reads the object of `out.len()` bytes at `offset` (as [`append`](Self::append)
+    /// returned it). A short read (a truncated file) is an error, never wrong bytes.
     fn read(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()>;
-    /// Frees an object.
+
+    /// Frees the object of `len` bytes at `offset`; its space is reused later.
     fn free(&self, offset: u64, len: usize);
-    /// Syncs.
+
+    /// Flushes everything to stable storage.
     fn sync(&self) -> std::io::Result<()>;
-    /// Figures.
+
+    /// The store's figures.
     fn stats(&self) -> BackingStats;
 }
 
-/// Placeholder.
-#[derive(Debug)]
-pub struct FileBacking;
-/// Placeholder.
-#[derive(Debug, Default)]
-pub struct FileOptions {
-    /// Readahead.
-    pub readahead: bool,
-}
-impl FileBacking {
-    /// Placeholder.
-    pub fn open(_p: &std::path::Path, _o: FileOptions) -> std::io::Result<Self> {
-        Err(std::io::Error::other("not yet"))
-    }
-}
-impl Backing for FileBacking {
-    fn append(&self, _o: &[&[u8]]) -> std::io::Result<Vec<u64>> {
-        unimplemented!()
-    }
-    fn read(&self, _o: u64, _b: &mut [u8]) -> std::io::Result<()> {
-        unimplemented!()
-    }
-    fn free(&self, _o: u64, _l: usize) {}
-    fn sync(&self) -> std::io::Result<()> {
-        Ok(())
-    }
-    fn stats(&self) -> BackingStats {
-        BackingStats::default()
-    }
+/// A backing store's figures. Each is counted where its event happens.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BackingStats {
+    /// Sum of the lengths of the objects stored (appended and not freed).
+    pub live_bytes: u64,
+    /// Bytes of the store's extent in use: for a file, the segments holding data or being
+    /// filled (the segment being filled up to its used end), free and punched segments
+    /// not counted. For a store in memory, `live_bytes`.
+    pub file_bytes: u64,
+    /// Bytes written to the store's medium (counted as each write succeeds, also those of
+    /// an append that then failed as a whole).
+    pub bytes_written: u64,
+    /// Bytes read from the medium (not those served from a cache).
+    pub bytes_read: u64,
+    /// Objects asked for by [`Backing::read`].
+    pub reads: u64,
+    /// Reads served from the read-ahead cache without I/O.
+    pub cache_hits: u64,
+    /// Reads that returned an error.
+    pub read_errors: u64,
+    /// Appends that returned an error.
+    pub write_errors: u64,
+    /// Segments punched out of the file once no live object was left in them.
+    pub segments_punched: u64,
 }
 
-/// Placeholder in-memory store.
-#[derive(Debug, Default)]
-pub struct MemBacking {
-    inner: std::sync::Mutex<(std::collections::HashMap<u64, Vec<u8>>, u64, bool, bool)>,
+/// An error with the errno `errno` (`ENOSPC`, `EIO`, ...).
+pub(crate) fn os_error(errno: i32) -> std::io::Error {
+    std::io::Error::from_raw_os_error(errno)
 }
-impl MemBacking {
-    /// New.
-    pub fn new() -> Self {
-        Self::default()
-    }
-    /// Fail appends.
-    pub fn fail_appends(&self, on: bool) {
-        self.inner.lock().unwrap().2 = on;
-    }
-    /// Fail reads.
-    pub fn fail_reads(&self, on: bool) {
-        self.inner.lock().unwrap().3 = on;
-    }
-}
-impl Backing for MemBacking {
-    fn append(&self, o: &[&[u8]]) -> std::io::Result<Vec<u64>> {
-        let mut g = self.inner.lock().unwrap();
-        if g.2 {
-            return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
-        }
-        let mut v = Vec::new();
-        for obj in o {
-            let off = g.1;
-            g.1 += obj.len() as u64;
-            g.0.insert(off, obj.to_vec());
-            v.push(off);
-        }
-        Ok(v)
-    }
-    fn read(&self, off: u64, b: &mut [u8]) -> std::io::Result<()> {
-        let g = self.inner.lock().unwrap();
-        if g.3 {
-            return Err(std::io::Error::from_raw_os_error(libc::EIO));
-        }
-        let o =
-            g.0.get(&off)
-                .ok_or_else(|| std::io::Error::from_raw_os_error(libc::EIO))?;
-        if o.len() != b.len() {
-            return Err(std::io::Error::from_raw_os_error(libc::EIO));
-        }
-        b.copy_from_slice(o);
-        Ok(())
-    }
-    fn free(&self, off: u64, _l: usize) {
-        self.inner.lock().unwrap().0.remove(&off);
-    }
-    fn sync(&self) -> std::io::Result<()> {
-        Ok(())
-    }
-    fn stats(&self) -> BackingStats {
-        BackingStats {
-            live_bytes: self
-                .inner
-                .lock()
-                .unwrap()
-                .0
-                .values()
-                .map(|v| v.len() as u64)
-                .sum(),
-            ..Default::default()
-        }
+
+/// Checks the lengths of `objects` for [`Backing::append`]: `InvalidInput` unless each is
+/// 1..=[`MAX_OBJECT`] bytes.
+pub(crate) fn check_objects(objects: &[&[u8]]) -> std::io::Result<()> {
+    match objects
+        .iter()
+        .find(|o| o.is_empty() || o.len() > MAX_OBJECT)
+    {
+        Some(bad) => Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!(
+                "an object of {} bytes (1..={MAX_OBJECT} allowed)",
+                bad.len()
+            ),
+        )),
+        None => Ok(()),
     }
 }

@@ -1,0 +1,372 @@
+//! The file store's allocation state: which bytes of the file hold which objects. No I/O;
+//! [`FileBacking`](super::FileBacking) keeps one of these under its allocation lock and does
+//! the writes, punches and reads outside it.
+//!
+//! # Representation
+//!
+//! The file is cut into segments of `size` bytes; segment `i` is bytes
+//! `[i × size, (i + 1) × size)`. `segs` has an entry for every segment the file has ever
+//! reached (a block device: at most `capacity`); the file's apparent size never shrinks.
+//! A segment is
+//!
+//! - `Open`: the one segment objects are appended to, at its `used` end (there is at most
+//!   one, `open` names it);
+//! - `Sealed`: no longer appended to; holds `live` bytes of objects below `used`;
+//! - `Punching`: sealed with no live byte left, its hole being punched (outside the lock);
+//!   not yet reusable, so that the punch cannot destroy a new object;
+//! - `Free`: punched, on the free list (`free`), `used` and `live` 0.
+//!
+//! # Invariants
+//!
+//! - objects are packed: each lies inside one segment, below its `used` end; `live` is the
+//!   sum of the lengths of a segment's objects (reserved and written alike), `live_bytes`
+//!   the sum over segments;
+//! - `sealed` counts the segments `Sealed` or `Punching`, so the extent in use
+//!   (`file_bytes`) is `sealed × size` plus the open segment's `used`;
+//! - a reservation either takes all the space its objects need or changes nothing: the
+//!   segments it needs are counted before anything is taken.
+
+use std::collections::BTreeSet;
+
+/// What a segment is (see the module's doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Free,
+    Open,
+    Sealed,
+    Punching,
+}
+
+/// One segment's bookkeeping.
+#[derive(Debug, Clone, Copy)]
+struct Segment {
+    state: State,
+    /// End of the bytes appended so far, relative to the segment's start.
+    used: u64,
+    /// Bytes of the objects in the segment.
+    live: u64,
+}
+
+/// The objects of one reservation that lie back to back: one write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Run {
+    /// Offset in the file of the first object.
+    pub(super) offset: u64,
+    /// Index of the first object in the reservation.
+    pub(super) first: usize,
+    /// Number of objects.
+    pub(super) count: usize,
+    /// Bytes of all of them.
+    pub(super) len: u64,
+}
+
+/// The space one append took.
+#[derive(Debug)]
+pub(super) struct Reservation {
+    /// Each object's offset, in order.
+    pub(super) offsets: Vec<u64>,
+    /// The contiguous runs, in order.
+    pub(super) runs: Vec<Run>,
+    /// Segments this reservation sealed with nothing live in them: to punch, then
+    /// [`Segments::punched`].
+    pub(super) punch: Vec<usize>,
+}
+
+/// The segments of a file (see the module's doc).
+#[derive(Debug)]
+pub(super) struct Segments {
+    size: u64,
+    capacity: Option<usize>,
+    segs: Vec<Segment>,
+    free: BTreeSet<usize>,
+    open: Option<usize>,
+    sealed: u64,
+    live_bytes: u64,
+}
+
+impl Segments {
+    /// No segment in use, in a file that may grow without limit (`capacity` `None`) or to
+    /// `capacity` segments of `size` bytes.
+    pub(super) fn new(size: u64, capacity: Option<usize>) -> Self {
+        Self {
+            size,
+            capacity,
+            segs: Vec::new(),
+            free: BTreeSet::new(),
+            open: None,
+            sealed: 0,
+            live_bytes: 0,
+        }
+    }
+
+    /// Sum of the lengths of the objects held.
+    pub(super) fn live_bytes(&self) -> u64 {
+        self.live_bytes
+    }
+
+    /// Bytes of the file in use: sealed segments whole, the open one to its used end.
+    pub(super) fn file_bytes(&self) -> u64 {
+        let open = self.open.map_or(0, |i| self.segs[i].used);
+        self.sealed * self.size + open
+    }
+
+    /// Takes space for objects of `lens` bytes (each at most a segment), packed in the open
+    /// segment and then in new ones (the lowest free first, then growing the file).
+    /// `None` when the segments that takes are not there (nothing is taken then).
+    pub(super) fn reserve(&mut self, lens: &[usize]) -> Option<Reservation> {
+        let mut room = self.open.map_or(0, |i| self.size - self.segs[i].used);
+        let mut needed = 0usize;
+        for &len in lens {
+            let len = len as u64;
+            debug_assert!(len > 0 && len <= self.size);
+            if len > room {
+                needed += 1;
+                room = self.size;
+            }
+            room -= len;
+        }
+        let growth = self
+            .capacity
+            .map_or(usize::MAX, |c| c.saturating_sub(self.segs.len()));
+        if needed > self.free.len().saturating_add(growth) {
+            return None;
+        }
+        let mut res = Reservation {
+            offsets: Vec::with_capacity(lens.len()),
+            runs: Vec::new(),
+            punch: Vec::new(),
+        };
+        for (index, &len) in lens.iter().enumerate() {
+            let len = len as u64;
+            let fits = self
+                .open
+                .is_some_and(|i| self.segs[i].used + len <= self.size);
+            if !fits {
+                self.open_next(&mut res.punch);
+            }
+            let i = self.open.expect("a segment was opened");
+            let seg = &mut self.segs[i];
+            let offset = i as u64 * self.size + seg.used;
+            seg.used += len;
+            seg.live += len;
+            self.live_bytes += len;
+            res.offsets.push(offset);
+            match res.runs.last_mut() {
+                Some(run) if run.offset + run.len == offset && fits => {
+                    run.count += 1;
+                    run.len += len;
+                }
+                _ => res.runs.push(Run {
+                    offset,
+                    first: index,
+                    count: 1,
+                    len,
+                }),
+            }
+        }
+        Some(res)
+    }
+
+    /// Seals the open segment (to punch if nothing in it is live) and opens the lowest free
+    /// one, or a new one at the end. [`reserve`](Self::reserve) has checked there is one.
+    fn open_next(&mut self, punch: &mut Vec<usize>) {
+        if let Some(i) = self.open.take() {
+            self.sealed += 1;
+            if self.segs[i].live == 0 {
+                self.segs[i].state = State::Punching;
+                punch.push(i);
+            } else {
+                self.segs[i].state = State::Sealed;
+            }
+        }
+        let i = match self.free.pop_first() {
+            Some(i) => i,
+            None => {
+                self.segs.push(Segment {
+                    state: State::Free,
+                    used: 0,
+                    live: 0,
+                });
+                self.segs.len() - 1
+            }
+        };
+        debug_assert!(self.capacity.is_none_or(|c| i < c));
+        self.segs[i] = Segment {
+            state: State::Open,
+            used: 0,
+            live: 0,
+        };
+        self.open = Some(i);
+    }
+
+    /// Frees the object of `len` bytes at `offset`. Returns its segment when that is now
+    /// sealed and empty: to punch, then [`punched`](Self::punched).
+    pub(super) fn release(&mut self, offset: u64, len: usize) -> Option<usize> {
+        let i = usize::try_from(offset / self.size).expect("offset in the file");
+        let len = len as u64;
+        let seg = &mut self.segs[i];
+        assert!(
+            matches!(seg.state, State::Open | State::Sealed) && seg.live >= len,
+            "freeing {len} bytes at {offset}, which the store does not hold"
+        );
+        seg.live -= len;
+        self.live_bytes -= len;
+        if seg.live == 0 && seg.state == State::Sealed {
+            seg.state = State::Punching;
+            return Some(i);
+        }
+        None
+    }
+
+    /// Gives back the space of a reservation whose writes failed: its objects are released
+    /// (last first), and the open segment's used end pulled back over those at its end.
+    /// Returns the segments to punch.
+    pub(super) fn unreserve(&mut self, res: &Reservation, lens: &[usize]) -> Vec<usize> {
+        let mut punch = Vec::new();
+        for (&offset, &len) in res.offsets.iter().zip(lens).rev() {
+            let i = usize::try_from(offset / self.size).expect("offset in the file");
+            let start = offset % self.size;
+            if self.segs[i].state == State::Open && self.segs[i].used == start + len as u64 {
+                self.segs[i].used = start;
+            }
+            punch.extend(self.release(offset, len));
+        }
+        punch
+    }
+
+    /// Puts a segment whose hole is punched on the free list.
+    pub(super) fn punched(&mut self, i: usize) {
+        debug_assert_eq!(self.segs[i].state, State::Punching);
+        self.segs[i] = Segment {
+            state: State::Free,
+            used: 0,
+            live: 0,
+        };
+        self.sealed -= 1;
+        self.free.insert(i);
+    }
+
+    /// The start of the segment holding `offset` and the end of its used bytes, if it holds
+    /// objects.
+    pub(super) fn used_span(&self, offset: u64) -> Option<(u64, u64)> {
+        let i = usize::try_from(offset / self.size).ok()?;
+        let seg = self.segs.get(i)?;
+        let start = i as u64 * self.size;
+        matches!(seg.state, State::Open | State::Sealed).then_some((start, start + seg.used))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEG: u64 = 1000;
+
+    #[test]
+    fn objects_pack_and_never_straddle() {
+        let mut s = Segments::new(SEG, None);
+        let res = s.reserve(&[400, 400, 300, 100]).unwrap();
+        assert_eq!(res.offsets, [0, 400, 1000, 1300]);
+        let run = |offset, first, count, len| Run {
+            offset,
+            first,
+            count,
+            len,
+        };
+        assert_eq!(res.runs, [run(0, 0, 2, 800), run(1000, 2, 2, 400)]);
+        assert!(res.punch.is_empty());
+        assert_eq!(s.live_bytes(), 1200);
+        assert_eq!(s.file_bytes(), SEG + 400);
+        assert_eq!(s.used_span(1300), Some((1000, 1400)));
+        assert_eq!(s.used_span(200), Some((0, 800)));
+    }
+
+    #[test]
+    fn empty_sealed_segments_are_punched_then_reused_lowest_first() {
+        let mut s = Segments::new(SEG, None);
+        let res = s.reserve(&[600, 600, 600, 600]).unwrap();
+        assert_eq!(res.offsets, [0, 1000, 2000, 3000]);
+        // Segment 3 is open: emptying it does not free it.
+        assert_eq!(s.release(3000, 600), None);
+        assert_eq!(s.release(2000, 600), Some(2));
+        assert_eq!(s.release(0, 600), Some(0));
+        assert_eq!(
+            s.file_bytes(),
+            3 * SEG + 600,
+            "punching segments still count"
+        );
+        s.punched(2);
+        s.punched(0);
+        assert_eq!(s.file_bytes(), SEG + 600);
+        assert_eq!(s.used_span(0), None);
+        // The open segment first (empty but used to 600), then segment 0, then 2, then 4.
+        let res = s.reserve(&[400, 700, 700, 700]).unwrap();
+        assert_eq!(res.offsets, [3600, 0, 2000, 4000]);
+        assert_eq!(res.punch, Vec::<usize>::new(), "segment 3 holds 400 bytes");
+    }
+
+    #[test]
+    fn a_fixed_size_store_refuses_whole_appends_it_cannot_hold() {
+        let mut s = Segments::new(SEG, Some(2));
+        s.reserve(&[900]).unwrap();
+        assert!(s.reserve(&[50, 200, 900]).is_none());
+        assert_eq!(
+            (s.live_bytes(), s.file_bytes()),
+            (900, 900),
+            "nothing taken"
+        );
+        let res = s.reserve(&[50, 200]).unwrap();
+        assert_eq!(res.offsets, [900, 1000]);
+        assert!(s.reserve(&[900]).is_none());
+        assert_eq!(s.release(0, 900), None);
+        assert_eq!(s.release(900, 50), Some(0));
+        s.punched(0);
+        assert_eq!(s.reserve(&[900]).unwrap().offsets, [0]);
+        assert_eq!(s.live_bytes(), 1100);
+    }
+
+    #[test]
+    fn a_failed_append_gives_everything_back() {
+        let mut s = Segments::new(SEG, None);
+        s.reserve(&[300]).unwrap();
+        let lens = [500, 600, 100];
+        let res = s.reserve(&lens).unwrap();
+        assert_eq!(res.offsets, [300, 1000, 1600]);
+        assert!(
+            s.unreserve(&res, &lens).is_empty(),
+            "segment 0 keeps its first object"
+        );
+        assert_eq!((s.live_bytes(), s.file_bytes()), (300, SEG));
+        assert_eq!(s.reserve(&[100]).unwrap().offsets, [1000]);
+
+        let mut s = Segments::new(SEG, None);
+        let lens = [900, 900];
+        let res = s.reserve(&lens).unwrap();
+        assert_eq!(
+            s.unreserve(&res, &lens),
+            [0],
+            "segment 0 is sealed and empty"
+        );
+        s.punched(0);
+        assert_eq!((s.live_bytes(), s.file_bytes()), (0, 0));
+    }
+
+    #[test]
+    fn a_failed_append_in_the_open_segment_pulls_its_end_back() {
+        let mut s = Segments::new(SEG, None);
+        s.reserve(&[300]).unwrap();
+        let lens = [200, 100];
+        let res = s.reserve(&lens).unwrap();
+        assert!(s.unreserve(&res, &lens).is_empty());
+        assert_eq!((s.live_bytes(), s.file_bytes()), (300, 300));
+        assert_eq!(s.reserve(&[10]).unwrap().offsets, [300]);
+    }
+
+    #[test]
+    #[should_panic(expected = "does not hold")]
+    fn freeing_what_is_not_there_is_a_bug() {
+        let mut s = Segments::new(SEG, None);
+        s.reserve(&[300]).unwrap();
+        s.release(0, 301);
+    }
+}
