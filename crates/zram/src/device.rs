@@ -236,9 +236,7 @@ impl Zram {
             self.store
                 .zero(&mut self.store.lock(index), at, range.len())
         })?;
-        if let Some(c) = &self.compactor {
-            c.nudge();
-        }
+        self.nudge_compactor();
         Ok(())
     }
 
@@ -322,12 +320,23 @@ impl Zram {
 
     /// Writes slots back to the backing file (the kernel's `writeback`).
     pub fn writeback(&self, req: &WritebackRequest) -> Result<WritebackReport> {
-        crate::writeback::writeback(&self.store, req)
+        let r = crate::writeback::writeback(&self.store, req);
+        self.nudge_compactor();
+        r
+    }
+
+    /// Freed objects leave holes in zspages: background compaction (when on) looks now.
+    fn nudge_compactor(&self) {
+        if let Some(c) = &self.compactor {
+            c.nudge();
+        }
     }
 
     /// Re-encodes slots with a secondary algorithm (the kernel's `recompress`).
     pub fn recompress(&self, req: &RecompressRequest) -> Result<RecompressReport> {
-        crate::recompress::recompress(&self.store, req)
+        let r = crate::recompress::recompress(&self.store, req);
+        self.nudge_compactor();
+        r
     }
 
     /// `writeback_limit_enable`.

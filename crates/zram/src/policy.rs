@@ -13,6 +13,9 @@
 //!    huge and idle, idle, huge, within `writeback_round` per round and `writeback_day`
 //!    per day (pages, as `bd_stat` counts them).
 //!
+//! 4. compacts the pool when a step moved anything (the freed objects leave zspages
+//!    partly empty).
+//!
 //! The policy selects by access time, not by the `IDLE` marks, so it leaves an operator's
 //! own `idle` markings alone. Every step is logged, counted ([`PolicyStats`]) and shown
 //! by front ends; a step that meets a manual writeback or recompression (`EAGAIN`) or a
@@ -173,6 +176,8 @@ pub struct PolicyStats {
     pub written_back_bytes: u64,
     /// Steps that failed (busy, file errors).
     pub errors: u64,
+    /// Pages the compaction after its steps gave back.
+    pub pages_compacted: u64,
     /// Pages written back in the current day.
     pub day_pages: u64,
     /// The idle ages of the last round (recompression, writeback), seconds.
@@ -223,6 +228,7 @@ impl Shared {
         let limit = store.mem_limit();
         let now = u64::from(store.now());
         let mut st = self.stats.lock().clone();
+        let before = st.recompressed + st.written_back_pages;
         st.rounds += 1;
         st.last_ages = (None, None);
         if let Some(age) = p.recompress_age {
@@ -254,6 +260,13 @@ impl Shared {
             let age = p.scaled_age(age, used, limit);
             st.last_ages.1 = Some(age);
             self.writeback_round(store, &p, age, now, &mut st, &mut words);
+        }
+        if st.recompressed + st.written_back_pages > before {
+            // Objects left zspages half empty: give the pages back, as an operator runs
+            // `compact` after `recompress` or `writeback`.
+            let pages = store.pool().compact();
+            st.pages_compacted += pages as u64;
+            words.push(format!("compacted {pages} pages"));
         }
         if words.is_empty() {
             words.push("nothing to do".into());

@@ -8,9 +8,9 @@
 //! 3. let the clock pass an hour, read the hot tenth again, and run a policy round that
 //!    recompresses slots idle for half an hour while the hot tenth is read in a loop on
 //!    this thread: the hot latencies under a running policy, and `mem_used_total` after
-//!    recompression;
+//!    recompression (the round compacts after it);
 //! 4. read a sample of recompressed pages: their latencies;
-//! 5. `writeback idle`: bytes written to the file against what one 4 KiB block per page
+//! 5. `writeback idle` (then `compact`): bytes written to the file against what one 4 KiB block per page
 //!    writes for the same pages (the kernel's format, with or without
 //!    `compressed_writeback`), and the file's resident pages (`fincore`);
 //! 6. read the written-back pages in file order, with readahead on read-back and without
@@ -316,6 +316,7 @@ fn corpus(args: &Args, name: String, mut data: Vec<u8>) -> anyhow::Result<Corpus
 
     // 5. Writeback of the idle slots.
     let r = dev.writeback(&WritebackRequest::mode(Mode::Idle))?;
+    dev.compact();
     let resident = fincore(&file);
     let mem_after_writeback = dev.mm_stat().mem_used_total;
 

@@ -150,6 +150,9 @@ impl FileBacking {
                 Some(usize::try_from(size / segment_size).unwrap_or(usize::MAX))
             }
         };
+        // The store reads ahead itself (or not, as set): the kernel's own readahead would
+        // leave neighbouring bytes in the page cache after every read.
+        let _advice_only = rustix::fs::fadvise(&file, 0, None, Advice::Random);
         Ok(Self {
             file,
             kind,
