@@ -298,6 +298,17 @@ fn appended_and_read_data_leaves_the_page_cache() {
         after_reads <= 4096,
         "{after_reads} bytes resident after reading 8 MiB"
     );
+    // Object by object without the store's readahead: the kernel's own readahead must not
+    // leave the pages after each object cached either.
+    b.set_readahead(false);
+    for (&offset, o) in offsets.iter().zip(&objects).take(256) {
+        assert!(read_back(&b, offset, o.len()) == *o);
+    }
+    let after_plain = resident_bytes(&path).expect("fincore");
+    assert!(
+        after_plain <= 4096,
+        "{after_plain} bytes resident after reading 1 MiB object by object"
+    );
 }
 
 /// A tmpfs mounted for a test, unmounted when dropped.
