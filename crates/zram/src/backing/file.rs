@@ -19,10 +19,12 @@
 //! One append is one `pwrite` per run of objects that lie back to back (gathered into one
 //! buffer), then `fdatasync`, then `posix_fadvise(DONTNEED)` on the pages written, so that
 //! written-back data does not stay in the host's memory. Reads `pread`, then drop what they
-//! read from the page cache likewise. With [`FileOptions::readahead`], a read that misses
-//! the store's own cache reads the aligned window of [`FileOptions::readahead_window`] bytes
-//! around the object (clipped to its segment's used bytes; a window starting at the object
-//! if the aligned one does not hold it whole) and keeps it in an LRU of
+//! read from the page cache likewise (the file is opened for random access, so the kernel
+//! reads nothing ahead of its own). With [`FileOptions::readahead`], a read that misses
+//! the store's own cache reads the window of [`FileOptions::readahead_window`] bytes that
+//! starts at the object (clipped to its segment's used bytes: objects written back
+//! together lie together, so a pass over them misses once per window) and keeps it in an
+//! LRU of
 //! [`FileOptions::cache_windows`] windows (`cache`, which also says how windows are
 //! kept from going stale).
 //!
@@ -275,15 +277,7 @@ impl FileBacking {
         let window = self.options.readahead_window as u64;
         let span = self.segments.lock().used_span(offset);
         let (start, stop) = match span {
-            Some((seg_start, used_end)) => {
-                let aligned = offset / window * window;
-                let start = if end <= aligned + window {
-                    aligned.max(seg_start)
-                } else {
-                    offset
-                };
-                (start, (start + window.max(len)).min(used_end).max(end))
-            }
+            Some((_, used_end)) => (offset, (offset + window.max(len)).min(used_end).max(end)),
             // Not an object the store holds (the caller's bug): read just the bytes asked.
             None => (offset, end),
         };
