@@ -23,8 +23,7 @@ pub const DEFAULT_DISKSIZE: Size = Size(1 << 30);
 pub const MIN_UNIT_SIZE: usize = PAGE_SIZE;
 /// The largest compression unit.
 pub const MAX_UNIT_SIZE: usize = 128 * 1024;
-/// Highest recompression priority (the kernel's `ZRAM_MAX_COMPS - 1`).
-pub const MAX_PRIORITY: u8 = 3;
+pub use crate::slot::MAX_PRIORITY;
 /// Slots written back per append when none is said (the kernel's `writeback_batch_size`).
 pub const DEFAULT_WRITEBACK_BATCH: u32 = 32;
 

@@ -312,10 +312,13 @@ impl Zram {
     /// Marks slots idle (the kernel's `idle`: `all`, or an age in seconds); same-filled
     /// and written-back slots are skipped. Returns how many were marked.
     pub fn mark_idle(&self, req: IdleRequest) -> u64 {
-        self.store.mark_idle(match req {
-            IdleRequest::All => None,
-            IdleRequest::Age(secs) => Some(secs),
-        })
+        crate::post::mark_idle(
+            &self.store,
+            match req {
+                IdleRequest::All => None,
+                IdleRequest::Age(secs) => Some(secs),
+            },
+        )
     }
 
     /// Writes slots back to the backing file (the kernel's `writeback`).
@@ -341,22 +344,22 @@ impl Zram {
 
     /// `writeback_limit_enable`.
     pub fn writeback_limit_enabled(&self) -> bool {
-        self.store.wb_limit_enabled()
+        self.store.wb_limit().enabled()
     }
 
     /// Sets `writeback_limit_enable`.
     pub fn set_writeback_limit_enable(&self, on: bool) {
-        self.store.set_wb_limit_enable(on);
+        self.store.wb_limit().set_enabled(on);
     }
 
     /// `writeback_limit`: pages writeback may still write (in 4 KiB units).
     pub fn writeback_limit(&self) -> u64 {
-        self.store.wb_limit()
+        self.store.wb_limit().pages()
     }
 
     /// Sets `writeback_limit` (in 4 KiB units).
     pub fn set_writeback_limit(&self, pages: u64) {
-        self.store.set_wb_limit(pages);
+        self.store.wb_limit().set_pages(pages);
     }
 
     /// `writeback_batch_size`: slots gathered into one write to the backing file.

@@ -7,6 +7,7 @@
 //!   `zram_read_page`/`zram_write_page`/`zram_free_page`);
 //! - `chain`: data spread over several objects (compression units larger than a page);
 //! - `same`: same-filled pages;
+//! - `post`: the slot changes of post-processing (stream out, switch to the file, re-encode);
 //! - [`pp`]: post-processing: choosing slots, the `idle`/`writeback`/`recompress` arguments;
 //! - [`writeback`]: moving slots to the backing file;
 //! - [`recompress`]: re-encoding slots with a secondary algorithm;
@@ -22,7 +23,7 @@
 //! - `sys`: the zeroed slot table from the OS (the crate's only `unsafe`).
 //!
 //! Files import only files below them in this order: device → policy → (writeback, recompress) →
-//! pp → store → (backing, chain, same, slot, comp, stats) → (error, size, sys).
+//! pp → post → store → (backing, chain, same, slot, comp, stats) → (error, size, sys).
 //!
 //! Lock order: slot lock → (compressor context: per thread, no lock | zsmalloc class-shard
 //! lock → page-source lock).
@@ -36,6 +37,7 @@ pub mod device;
 pub mod error;
 pub mod lzo;
 pub mod policy;
+mod post;
 pub mod pp;
 pub mod recompress;
 mod same;

@@ -19,6 +19,7 @@
 use crate::PAGE_SIZE;
 use crate::chain::links;
 use crate::error::{Error, Result};
+use crate::post;
 use crate::pp::{Mode, RecompressRequest, select};
 use crate::slot::Flags;
 use crate::stats::Counters;
@@ -39,7 +40,7 @@ pub struct RecompressReport {
 
 /// The priority a request names, checked against the device's algorithms.
 fn priority(store: &Store, req: &RecompressRequest) -> Result<u8> {
-    let mut secondary = (1..=crate::config::MAX_PRIORITY).filter(|&p| store.codec(p).is_ok());
+    let mut secondary = (1..=crate::slot::MAX_PRIORITY).filter(|&p| store.codec(p).is_ok());
     let p = match (req.priority, req.algo) {
         (Some(p), _) => p,
         (None, Some(a)) => secondary
@@ -105,7 +106,7 @@ pub(crate) fn recompress(store: &Store, req: &RecompressRequest) -> Result<Recom
             && class_key(store, new_len)? < class_key(store, e.len)?
             && (req.threshold == 0 || new_len < req.threshold);
         if smaller {
-            store.replace_stream(&mut g, &encoded[..new_len], prio)?;
+            post::replace_stream(store, &mut g, &encoded[..new_len], prio)?;
             report.recompressed += 1;
             report.saved_bytes += (e.len - new_len) as u64;
             Counters::add(&store.counters().recomp_done, 1);
@@ -114,7 +115,7 @@ pub(crate) fn recompress(store: &Store, req: &RecompressRequest) -> Result<Recom
                 (e.len - new_len) as u64,
             );
         } else if prio == top {
-            store.set_flag(&mut g, Flags::INCOMPRESSIBLE, true);
+            post::set_flag(&mut g, Flags::INCOMPRESSIBLE, true);
             report.incompressible += 1;
         }
     }

@@ -15,6 +15,10 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use parking_lot::{Mutex, MutexGuard};
 
+/// Highest compression priority a slot records (2 bits; the kernel's `ZRAM_MAX_COMPS - 1`):
+/// 0 is the primary algorithm, 1..=3 the secondary ones.
+pub const MAX_PRIORITY: u8 = 3;
+
 /// Locks in the striped lock array.
 const STRIPES: usize = 4096;
 

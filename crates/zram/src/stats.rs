@@ -1,6 +1,6 @@
 //! Device counters and the kernel's stat file formats.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 /// Counters of one device (the kernel's `struct zram_stats`).
 #[derive(Debug, Default)]
@@ -199,6 +199,50 @@ impl BdStat {
 /// frees without waiting for the lock, so it is always 0.
 pub fn format_debug_stat() -> String {
     format!("version: 1\n0 {:8}\n", 0)
+}
+
+/// `writeback_limit_enable` and `writeback_limit`: pages writeback may still write while
+/// the limit is enabled (the kernel's flash-wear budget).
+#[derive(Debug, Default)]
+pub(crate) struct WbLimit {
+    enable: AtomicBool,
+    pages: AtomicU64,
+}
+
+impl WbLimit {
+    /// Is the limit enabled?
+    pub(crate) fn enabled(&self) -> bool {
+        self.enable.load(Relaxed)
+    }
+
+    pub(crate) fn set_enabled(&self, on: bool) {
+        self.enable.store(on, Relaxed);
+    }
+
+    /// Pages left.
+    pub(crate) fn pages(&self) -> u64 {
+        self.pages.load(Relaxed)
+    }
+
+    pub(crate) fn set_pages(&self, pages: u64) {
+        self.pages.store(pages, Relaxed);
+    }
+
+    /// Takes `pages` from the budget; false (nothing taken) when it has less.
+    pub(crate) fn take(&self, pages: u64) -> bool {
+        !self.enabled()
+            || self
+                .pages
+                .fetch_update(Relaxed, Relaxed, |left| left.checked_sub(pages))
+                .is_ok()
+    }
+
+    /// Gives back budget taken for pages that were not written back after all.
+    pub(crate) fn refund(&self, pages: u64) {
+        if self.enabled() {
+            self.pages.fetch_add(pages, Relaxed);
+        }
+    }
 }
 
 #[cfg(test)]

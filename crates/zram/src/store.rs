@@ -48,7 +48,7 @@
 
 use std::cell::RefCell;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
 use parking_lot::{Mutex, MutexGuard};
@@ -60,7 +60,7 @@ use crate::comp::CodecPool;
 use crate::error::{Error, Result};
 use crate::same::{fill, same_filled};
 use crate::slot::{Flags, SlotEntry, SlotGuard, SlotTable};
-use crate::stats::{BdStat, Counters, IoStat, MmStat};
+use crate::stats::{BdStat, Counters, IoStat, MmStat, WbLimit};
 
 thread_local! {
     /// Per-thread slot bytes for partial reads and read-modify-write.
@@ -94,9 +94,7 @@ pub(crate) struct Store {
     backing: Option<Arc<dyn Backing>>,
     /// Held by writeback and recompression while they run (the other gets `EAGAIN`).
     post_processing: Mutex<()>,
-    wb_limit_enable: AtomicBool,
-    /// Pages writeback may still write while the limit is enabled.
-    wb_limit: AtomicU64,
+    wb_limit: WbLimit,
     /// Slots gathered into one append by writeback.
     writeback_batch: std::sync::atomic::AtomicUsize,
     /// Seconds added to the clock (tests and the lab let time pass without waiting).
@@ -130,11 +128,9 @@ impl Store {
             codecs,
             backing,
             post_processing: Mutex::new(()),
-            wb_limit_enable: AtomicBool::new(false),
-            wb_limit: AtomicU64::new(0),
-            writeback_batch: std::sync::atomic::AtomicUsize::new(
-                crate::config::DEFAULT_WRITEBACK_BATCH as usize,
-            ),
+            wb_limit: WbLimit::default(),
+            // The device sets it from its settings.
+            writeback_batch: std::sync::atomic::AtomicUsize::new(1),
             clock_skew: AtomicU64::new(0),
             counters: Counters::default(),
             limit_pages: AtomicU64::new(mem_limit.div_ceil(PAGE_SIZE as u64)),
@@ -379,94 +375,6 @@ impl Store {
         }
     }
 
-    /// The stored stream of the locked slot, which holds an object in memory, into `buf`.
-    pub(crate) fn stream_of(&self, g: &SlotGuard<'_>, buf: &mut Vec<u8>) -> Result<()> {
-        let e = g.get();
-        buf.resize(e.len, 0);
-        crate::chain::read(&self.pool, Handle::from_raw(e.handle), buf)
-    }
-
-    /// Switches the locked slot, whose stream was written to the backing file at
-    /// `offset`, to that copy: its objects are freed, its data stays counted.
-    pub(crate) fn switch_to_backing(&self, g: &mut SlotGuard<'_>, offset: u64) {
-        let e = g.get();
-        let pages = self.pages(g.index());
-        crate::chain::free(&self.pool, Handle::from_raw(e.handle), e.len);
-        Counters::sub(&self.counters.compr_data_size, e.len as u64);
-        if e.flags.contains(Flags::HUGE) {
-            Counters::sub(&self.counters.huge_pages, pages);
-        }
-        g.set(SlotEntry {
-            handle: offset,
-            len: e.len,
-            flags: Flags::WB,
-            prio: e.prio,
-            ac_time: e.ac_time,
-        });
-        Counters::add(&self.counters.bd_count, pages);
-        Counters::add(&self.counters.bd_writes, pages);
-        Counters::add(&self.counters.bd_write_bytes, e.len as u64);
-    }
-
-    /// Replaces the locked slot's stream by `stream`, encoded with priority `prio`
-    /// (recompression: not an access, so the access time and idle mark stay).
-    pub(crate) fn replace_stream(
-        &self,
-        g: &mut SlotGuard<'_>,
-        stream: &[u8],
-        prio: u8,
-    ) -> Result<()> {
-        let e = g.get();
-        let pages = self.pages(g.index());
-        let head = crate::chain::write(&self.pool, stream, |size| self.alloc(size))?;
-        crate::chain::free(&self.pool, Handle::from_raw(e.handle), e.len);
-        Counters::sub(&self.counters.compr_data_size, e.len as u64);
-        Counters::add(&self.counters.compr_data_size, stream.len() as u64);
-        if e.flags.contains(Flags::HUGE) {
-            Counters::sub(&self.counters.huge_pages, pages);
-        }
-        g.set(SlotEntry {
-            handle: head.to_raw(),
-            len: stream.len(),
-            flags: e.flags.without(Flags::HUGE),
-            prio,
-            ac_time: e.ac_time,
-        });
-        Ok(())
-    }
-
-    /// Sets or clears `flag` on the locked slot.
-    pub(crate) fn set_flag(&self, g: &mut SlotGuard<'_>, flag: Flags, on: bool) {
-        let mut e = g.get();
-        e.flags = if on {
-            e.flags.with(flag)
-        } else {
-            e.flags.without(flag)
-        };
-        g.set(e);
-    }
-
-    /// Marks idle every slot holding an object (not same-filled, not written back) last
-    /// accessed at least `min_age` seconds ago (every one with `None`); returns how many.
-    pub(crate) fn mark_idle(&self, min_age: Option<u32>) -> u64 {
-        let now = self.now();
-        let mut marked = 0;
-        for index in 0..self.table.len() {
-            let mut g = self.table.lock(index);
-            let e = g.get();
-            let eligible = e.len != 0
-                && !e.flags.contains(Flags::SAME)
-                && !e.flags.contains(Flags::WB)
-                && !e.flags.contains(Flags::IDLE);
-            if eligible && min_age.is_none_or(|age| now.saturating_sub(e.ac_time) >= age) {
-                self.set_flag(&mut g, Flags::IDLE, true);
-                marked += 1;
-            }
-        }
-        Counters::add(&self.counters.idle_marked, marked);
-        marked
-    }
-
     /// Slots gathered into one append by writeback.
     pub(crate) fn writeback_batch(&self) -> usize {
         self.writeback_batch.load(Relaxed)
@@ -476,38 +384,9 @@ impl Store {
         self.writeback_batch.store(n.max(1), Relaxed);
     }
 
-    /// Is the writeback limit enabled?
-    pub(crate) fn wb_limit_enabled(&self) -> bool {
-        self.wb_limit_enable.load(Relaxed)
-    }
-
-    pub(crate) fn set_wb_limit_enable(&self, on: bool) {
-        self.wb_limit_enable.store(on, Relaxed);
-    }
-
-    /// Pages writeback may still write under the limit.
-    pub(crate) fn wb_limit(&self) -> u64 {
-        self.wb_limit.load(Relaxed)
-    }
-
-    pub(crate) fn set_wb_limit(&self, pages: u64) {
-        self.wb_limit.store(pages, Relaxed);
-    }
-
-    /// Takes `pages` from the writeback budget; false (nothing taken) when it has less.
-    pub(crate) fn take_wb_budget(&self, pages: u64) -> bool {
-        !self.wb_limit_enabled()
-            || self
-                .wb_limit
-                .fetch_update(Relaxed, Relaxed, |left| left.checked_sub(pages))
-                .is_ok()
-    }
-
-    /// Gives back budget taken for pages that were not written back after all.
-    pub(crate) fn refund_wb_budget(&self, pages: u64) {
-        if self.wb_limit_enabled() {
-            self.wb_limit.fetch_add(pages, Relaxed);
-        }
+    /// `writeback_limit` and its switch.
+    pub(crate) fn wb_limit(&self) -> &WbLimit {
+        &self.wb_limit
     }
 
     /// Stores a whole slot's bytes into the locked slot.
@@ -577,7 +456,7 @@ impl Store {
     }
 
     /// Allocates one object, then checks `mem_limit` (over it, the object is freed again).
-    fn alloc(&self, size: usize) -> Result<Handle> {
+    pub(crate) fn alloc(&self, size: usize) -> Result<Handle> {
         let handle = self.pool.malloc(size)?;
         let used = self.pool.total_pages() as u64;
         self.counters.max_used_pages.fetch_max(used, Relaxed);

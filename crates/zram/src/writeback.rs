@@ -21,6 +21,7 @@
 //! - Writeback and recompression exclude each other: the second gets `EAGAIN`.
 
 use crate::error::{Error, Result};
+use crate::post;
 use crate::pp::{WritebackRequest, select};
 use crate::slot::Flags;
 use crate::stats::Counters;
@@ -67,12 +68,12 @@ pub(crate) fn writeback(store: &Store, req: &WritebackRequest) -> Result<Writeba
             if !still || e.flags.contains(Flags::PP) {
                 continue;
             }
-            if !store.take_wb_budget(pages) {
+            if !store.wb_limit().take(pages) {
                 limited = true;
                 break;
             }
-            store.stream_of(&g, &mut stream)?;
-            store.set_flag(&mut g, Flags::PP, true);
+            post::stream_of(store, &g, &mut stream)?;
+            post::set_flag(&mut g, Flags::PP, true);
             taken += pages;
             let start = buf.len();
             buf.extend_from_slice(&stream);
@@ -113,9 +114,9 @@ fn flush(
             for item in batch.drain(..) {
                 let mut g = store.lock(item.index);
                 if g.get().flags.contains(Flags::PP) {
-                    store.set_flag(&mut g, Flags::PP, false);
+                    post::set_flag(&mut g, Flags::PP, false);
                 }
-                store.refund_wb_budget(store.pages(item.index));
+                store.wb_limit().refund(store.pages(item.index));
             }
             buf.clear();
             return Err(Error::Backing(err));
@@ -128,17 +129,17 @@ fn flush(
         let e = g.get();
         let unchanged = e.flags.contains(Flags::PP) && e.len == len;
         if unchanged {
-            store.set_flag(&mut g, Flags::PP, false);
+            post::set_flag(&mut g, Flags::PP, false);
         }
         if unchanged && req.scans.iter().any(|s| s.0.admits(&g.get())) {
-            store.switch_to_backing(&mut g, offset);
+            post::switch_to_backing(store, &mut g, offset);
             report.slots += 1;
             report.pages += pages;
             report.bytes += len as u64;
         } else {
             drop(g);
             backing.free(offset, len);
-            store.refund_wb_budget(pages);
+            store.wb_limit().refund(pages);
         }
     }
     buf.clear();
