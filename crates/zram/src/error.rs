@@ -122,7 +122,9 @@ impl Error {
     /// - no memory for a device's tables: `ENOMEM`;
     /// - a bad setting or value: `EINVAL`;
     /// - data that cannot be compressed or decoded, or an allocator bug: `EIO`;
-    /// - the backing file's own errno (`ENOSPC`, `EIO`), `EIO` for a short read;
+    /// - the backing file's own errno (`ENOSPC`, `EIO`); `EINVAL` for a backing path that
+    ///   is not a regular file or block device (or bad backing options); `EIO` for a short
+    ///   read;
     /// - writeback with no backing device: `ENODEV`; with `writeback_limit` spent: `EIO`;
     /// - writeback and recompression at once: `EAGAIN`.
     pub fn errno(&self) -> i32 {
@@ -139,8 +141,12 @@ impl Error {
             | Error::UnitLargerThanDevice { .. }
             | Error::InvalidSize(_) => libc::EINVAL,
             Error::Alloc(_) | Error::Compress { .. } | Error::Corrupt(_) => libc::EIO,
-            // The file's own errno (ENOSPC, EIO...); a short read is EIO.
-            Error::Backing(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            // The file's own errno (ENOSPC, EIO...); a path that is not a usable file is
+            // EINVAL; a short read is EIO.
+            Error::Backing(e) => e.raw_os_error().unwrap_or(match e.kind() {
+                std::io::ErrorKind::InvalidInput => libc::EINVAL,
+                _ => libc::EIO,
+            }),
             Error::NoBackingDev => libc::ENODEV,
             Error::WritebackLimit => libc::EIO,
             Error::Busy => libc::EAGAIN,

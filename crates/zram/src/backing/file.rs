@@ -11,7 +11,8 @@
 //! is its name. A sealed segment with no live object left is punched out of a regular file
 //! (`fallocate(PUNCH_HOLE | KEEP_SIZE)`) and put on the free list; appends take free
 //! segments, the lowest first, before growing the file. A block device has
-//! `size / segment_size` segments and refuses an append that needs more with `ENOSPC`.
+//! `size / segment_size` segments and refuses an append that needs more with `ENOSPC`; so
+//! does a regular file that cannot be truncated (`ENOSYS`, as a FUSE-served disk image).
 //! (`segments` keeps this bookkeeping.)
 //!
 //! # I/O
@@ -128,7 +129,8 @@ pub struct FileBacking {
 
 impl FileBacking {
     /// Opens the existing regular file or block device at `path` as an empty store (a
-    /// regular file is truncated to nothing). `NotFound` if there is nothing there,
+    /// regular file is truncated to nothing; one that cannot be truncated keeps its size,
+    /// which then bounds the store as a block device's does). `NotFound` if there is nothing there,
     /// `InvalidInput` for a directory or any other kind of file, or for bad `options`.
     pub fn open(path: &Path, options: FileOptions) -> io::Result<Self> {
         options.check()?;
@@ -143,10 +145,16 @@ impl FileBacking {
         }
         let segment_size = options.segment_size as u64;
         let capacity = match kind {
-            Kind::File => {
-                file.set_len(0)?;
-                None
-            }
+            Kind::File => match file.set_len(0) {
+                Ok(()) => None,
+                // A file that cannot be resized (a disk image served through FUSE, say) keeps
+                // its size: its whole segments are the store's room, as a block device's.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::EOPNOTSUPP)) => {
+                    let size = file.metadata()?.len();
+                    Some(usize::try_from(size / segment_size).unwrap_or(usize::MAX))
+                }
+                Err(e) => return Err(e),
+            },
             Kind::BlockDevice => {
                 let size = file.seek(SeekFrom::End(0))?;
                 Some(usize::try_from(size / segment_size).unwrap_or(usize::MAX))
