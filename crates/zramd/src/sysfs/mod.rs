@@ -1,12 +1,22 @@
 //! The kernel zram's attribute files (`/sys/block/zramN/*`) over a [`Device`]: the same
 //! names, modes, formats and errors, so that zram users' scripts keep working against the
-//! FUSE control tree. One file is ours, after the kernel's: `unit_size`, the bytes
-//! compressed as one stream, set like `comp_algorithm` while the device is uninitialized.
+//! FUSE control tree. Beyond the kernel's: `unit_size`, the bytes compressed as one stream,
+//! set like `comp_algorithm` while the device is uninitialized; `block_state`, the kernel's
+//! debugfs file, in the device's directory; `policy` and `policy_stat`, the automatic
+//! post-processing policy.
 //!
 //! Each attribute reads what is written as the kernel's `store` function does: the bytes as
 //! a C string; sizes by `memparse`, numbers by `kstrtou16`/`kstrtoul` ([`parse`]), names
 //! with one trailing newline dropped. `algorithm_params` checks its words and the device's
 //! state before it touches a dictionary file, and reads that file within bounds ([`dict`]).
+//!
+//! - `params`: `recomp_algorithm` and `algorithm_params`, settings of the primary and the
+//!   secondary algorithms (`EBUSY` once initialized);
+//! - `post`: idle tracking, writeback (`backing_dev`, `writeback`, `writeback_limit`,
+//!   `writeback_limit_enable`, `writeback_batch_size`, `bd_stat`), `recompress`,
+//!   `block_state`, `policy` (words over the policy; `run` runs a round now) and
+//!   `policy_stat` (`rounds recompressed recompress_saved_bytes written_back_pages
+//!   written_back_bytes errors day_pages`, then the last round in words).
 
 mod dict;
 mod params;
