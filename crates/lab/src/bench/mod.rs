@@ -24,7 +24,7 @@ enum What {
     Nbd(nbd::Args),
     /// The seeds' workload: ext4 on the device, untar, delete directories, next to the
     /// kernel's zram.
-    Untar(untar::Args),
+    Untar(Box<untar::Args>),
 }
 
 /// Runs the measurement `args` names.
