@@ -1,5 +1,6 @@
 //! The control endpoint: a unix socket (never reachable from the network, mode 0600) that
-//! `zramd stat`, `zramd compact`, `zramd reset` and `zramd set` talk to. One request per
+//! `zramd stat`, `compact`, `reset`, `clear`, `set`, `idle`, `writeback`, `recompress` and
+//! `policy` talk to. One request per
 //! connection: a line of JSON in, a line of JSON out.
 //!
 //! Bounded as every endpoint (`crate::endpoint`): at most [`MAX_CONNECTIONS`] at once (when
@@ -19,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::device::{Device, DeviceError};
 use crate::endpoint::{self, Endpoint, REQUEST_DEADLINE, Unanswered};
+use crate::figures::{PolicyFigures, RecompressFigures, WritebackFigures};
 use crate::listen::Listener;
 use crate::registry::{DeviceStat, Registry};
 
@@ -59,6 +61,37 @@ pub enum Request {
         /// New value.
         value: String,
     },
+    /// Mark slots idle (the kernel's `idle`): `all`, or an age in seconds.
+    Idle {
+        /// Device name.
+        device: String,
+        /// `all` or seconds.
+        age: String,
+    },
+    /// Write slots back to the backing file (the kernel's `writeback` words: `idle`,
+    /// `huge`, `type=huge_idle page_indexes=0-99`, ...).
+    Writeback {
+        /// Device name.
+        device: String,
+        /// The words.
+        args: String,
+    },
+    /// Recompress slots (the kernel's `recompress` words: `type=idle priority=1`, ...).
+    Recompress {
+        /// Device name.
+        device: String,
+        /// The words.
+        args: String,
+    },
+    /// Show the device's policy and what it did (no words), or apply words over it
+    /// (`run`: one round now).
+    Policy {
+        /// Device name.
+        device: String,
+        /// The words (empty: show).
+        #[serde(default)]
+        words: String,
+    },
 }
 
 /// The answer.
@@ -72,9 +105,28 @@ pub struct Response {
     pub devices: Vec<DeviceStat>,
     /// Pages freed (`compact`).
     pub pages_freed: Option<usize>,
+    /// Slots marked idle (`idle`).
+    #[serde(default)]
+    pub idle_marked: Option<u64>,
+    /// What the pass did (`writeback`).
+    #[serde(default)]
+    pub written_back: Option<WritebackFigures>,
+    /// What the pass did (`recompress`).
+    #[serde(default)]
+    pub recompressed: Option<RecompressFigures>,
+    /// The policy and its figures, after the change or round asked for (`policy`).
+    #[serde(default)]
+    pub policy: Option<PolicyFigures>,
 }
 
 impl Response {
+    fn ok() -> Self {
+        Self {
+            ok: true,
+            ..Self::default()
+        }
+    }
+
     fn error(e: impl std::fmt::Display) -> Self {
         Self {
             ok: false,
@@ -166,7 +218,45 @@ pub fn handle(registry: &Registry, request: &Request) -> Response {
                 )),
             },
         },
+        Request::Idle { device, .. }
+        | Request::Writeback { device, .. }
+        | Request::Recompress { device, .. }
+        | Request::Policy { device, .. } => match registry.device(device) {
+            None => Response::error(format!("no device named {device:?}")),
+            Some(d) => post_process(d, request)
+                .unwrap_or_else(|e| Response::error(format!("{device}: {e}"))),
+        },
     }
+}
+
+/// `idle`, `writeback`, `recompress` and `policy` on device `d`.
+fn post_process(d: &Device, request: &Request) -> Result<Response, DeviceError> {
+    let zram = || d.zram().ok_or(DeviceError::NotInitialized);
+    Ok(match request {
+        Request::Idle { age, .. } => Response {
+            idle_marked: Some(zram()?.mark_idle(age.parse()?)),
+            ..Response::ok()
+        },
+        Request::Writeback { args, .. } => Response {
+            written_back: Some(zram()?.writeback(&args.parse()?)?.into()),
+            ..Response::ok()
+        },
+        Request::Recompress { args, .. } => Response {
+            recompressed: Some(zram()?.recompress(&args.parse()?)?.into()),
+            ..Response::ok()
+        },
+        Request::Policy { words, .. } => {
+            let ran = d.update_policy(words)?;
+            let stats = ran
+                .or_else(|| d.zram().map(|z| z.policy_stats()))
+                .unwrap_or_default();
+            Response {
+                policy: Some(PolicyFigures::new(&d.policy(), &stats)),
+                ..Response::ok()
+            }
+        }
+        _ => Response::error("not a post-processing request"),
+    })
 }
 
 /// Resets or clears device `name`, saying who holds it when it is busy.

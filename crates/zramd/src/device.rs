@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::{Mutex, RwLock};
-use zram::{Zram, ZramConfig};
+use zram::{Policy, PolicyStats, Zram, ZramConfig};
 
 /// What a refused change says, with the errno the kernel's sysfs gives.
 #[derive(Debug, thiserror::Error)]
@@ -178,6 +178,56 @@ impl Device {
         if let Some(z) = self.zram.read().as_ref() {
             z.set_mem_limit(bytes);
         }
+    }
+
+    /// Sets `writeback_batch_size` (any time; applies at once when initialized).
+    pub fn set_writeback_batch_size(&self, n: u32) {
+        let zram = self.zram.read();
+        self.settings.lock().writeback_batch_size = n;
+        if let Some(z) = zram.as_ref() {
+            z.set_writeback_batch_size(n as usize);
+        }
+    }
+
+    /// The post-processing policy: the device's while initialized, else the settings'.
+    pub fn policy(&self) -> Policy {
+        match self.zram.read().as_ref() {
+            Some(z) => z.policy(),
+            None => self.settings.lock().policy.clone(),
+        }
+    }
+
+    /// Applies policy words (`zram::Policy::apply`) over the current policy: the settings'
+    /// while uninitialized, the device's (and the settings', for the next initialization)
+    /// while initialized. The word `run` runs one round now and returns the figures after
+    /// it (`EINVAL` while uninitialized). A refused change changes nothing.
+    pub fn update_policy(&self, words: &str) -> Result<Option<PolicyStats>, DeviceError> {
+        let run = words.split_whitespace().any(|w| w == "run");
+        let rest: Vec<&str> = words.split_whitespace().filter(|&w| w != "run").collect();
+        let zram = {
+            let zram = self.zram.read();
+            match zram.as_ref() {
+                None if run => return Err(DeviceError::NotInitialized),
+                None => {
+                    let mut settings = self.settings.lock();
+                    let mut policy = settings.policy.clone();
+                    policy.apply(&rest.join(" "))?;
+                    settings.policy = policy;
+                    return Ok(None);
+                }
+                Some(z) => {
+                    if !rest.is_empty() {
+                        let mut policy = z.policy();
+                        policy.apply(&rest.join(" "))?;
+                        z.set_policy(policy.clone())?;
+                        self.settings.lock().policy = policy;
+                    }
+                    Arc::clone(z)
+                }
+            }
+        };
+        // The round runs without the device's lock: it may take long, and reset waits.
+        Ok(run.then(|| zram.run_policy_round()))
     }
 
     /// Initializes the device with `disksize` bytes (`EBUSY` when already initialized).

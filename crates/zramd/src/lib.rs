@@ -7,6 +7,7 @@ pub mod control;
 pub mod device;
 pub(crate) mod endpoint;
 pub mod export;
+pub mod figures;
 pub mod fuse;
 pub mod human;
 pub mod listen;

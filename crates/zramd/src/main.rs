@@ -1,7 +1,8 @@
 //! `zramd`: compressed memory in userspace.
 //!
-//! `serve` runs compressed RAM disks over NBD; `stat`, `compact`, `reset` and `set` talk to a
-//! running server through its control socket; `classes` prints the zsmalloc class table;
+//! `serve` runs compressed RAM disks over NBD; `stat`, `compact`, `reset`, `clear`, `set`,
+//! `idle`, `writeback`, `recompress` and `policy` talk to a running server through its
+//! control socket; `classes` prints the zsmalloc class table;
 //! `bench` runs the lab's measurements (the `zramd-lab` binary beside this one).
 
 mod classes;
@@ -62,6 +63,48 @@ enum Command {
         #[command(flatten)]
         control: ControlArg,
     },
+    /// Mark a device's slots idle (the kernel's `idle`): `all`, or those not accessed for
+    /// SECS seconds.
+    Idle {
+        /// Device name.
+        device: String,
+        /// `all` or seconds.
+        age: String,
+        #[command(flatten)]
+        control: ControlArg,
+    },
+    /// Write slots back to the backing file (the kernel's `writeback`: idle, huge,
+    /// huge_idle, incompressible, page_index=N, type=MODE page_indexes=A-B ...).
+    Writeback {
+        /// Device name.
+        device: String,
+        /// The kernel's words.
+        #[arg(required = true, num_args = 1..)]
+        args: Vec<String>,
+        #[command(flatten)]
+        control: ControlArg,
+    },
+    /// Recompress slots with a secondary algorithm (the kernel's `recompress`:
+    /// type=idle|huge|huge_idle threshold=N max_pages=N algo=NAME priority=N; none: all).
+    Recompress {
+        /// Device name.
+        device: String,
+        /// The kernel's words.
+        args: Vec<String>,
+        #[command(flatten)]
+        control: ControlArg,
+    },
+    /// Show a device's automatic post-processing policy and what it did, or change it with
+    /// key=value words (on, off, interval=SECS, recompress_age=SECS, writeback_age=SECS,
+    /// writeback_watermark=SIZE, ...); `run` runs one round now.
+    Policy {
+        /// Device name.
+        device: String,
+        /// Words to apply; none: show.
+        words: Vec<String>,
+        #[command(flatten)]
+        control: ControlArg,
+    },
     /// Print the zsmalloc size-class table of an empty pool, in the kernel's format.
     Classes(classes::Args),
     /// Run a measurement and print its figures (`--input FILE`: the device; `pool`: the
@@ -109,14 +152,16 @@ struct ServeArgs {
     fuse: Option<PathBuf>,
     /// TOML file with several devices (`[[device]]` tables with the device options above as
     /// keys: name, size, algorithm, level, mem_limit, unit_size, chain_size, geometry,
-    /// object_header, shards, read_only), the addresses, and the server options above as
+    /// object_header, shards, read_only, backing_dev, writeback_batch_size,
+    /// readback_readahead, recomp_algorithm = [{ priority = 1, algorithm = "zstd" }], and a
+    /// [device.policy] table), the addresses, and the server options above as
     /// top-level keys (max_connections, idle_timeout, socket_mode, …).
     #[arg(long, conflicts_with_all = DEVICE_ARGS)]
     config: Option<PathBuf>,
 }
 
 /// The ids of the device options, which a config file replaces.
-const DEVICE_ARGS: [&str; 11] = [
+const DEVICE_ARGS: [&str; 15] = [
     "name",
     "size",
     "read_only",
@@ -128,6 +173,10 @@ const DEVICE_ARGS: [&str; 11] = [
     "geometry",
     "header",
     "shards",
+    "recomp_algorithm",
+    "backing_dev",
+    "writeback_batch_size",
+    "readback_readahead",
 ];
 
 #[derive(Debug, clap::Args)]
@@ -222,8 +271,66 @@ fn stat(a: &StatArgs) -> anyhow::Result<()> {
                 d.export
             );
         }
+        for d in &devices {
+            post_lines(d);
+        }
     }
     Ok(())
+}
+
+/// `zramd stat`'s lines on writeback, recompression and the policy of one device.
+fn post_lines(d: &zramd::registry::DeviceStat) {
+    use zramd::human::size;
+    let p = &d.post;
+    let backing = d.backing_dev.as_deref().unwrap_or("none");
+    print!(
+        "{}: backing_dev {backing}  bd_stat {} {} {} (pages held, read, written; {} written)",
+        d.name,
+        p.bd_count,
+        p.bd_reads,
+        p.bd_writes,
+        size(p.bd_write_bytes)
+    );
+    match &d.backing {
+        Some(b) => println!(
+            "  file {}  live {}  cache hits {}",
+            size(b.file_bytes),
+            size(b.live_bytes),
+            b.cache_hits
+        ),
+        None => println!(),
+    }
+    println!(
+        "{}: recompressed {} of {} attempts, {} saved; {} slots marked idle",
+        d.name,
+        p.recomp_done,
+        p.recomp_attempts,
+        size(p.recomp_saved_bytes),
+        p.idle_marked
+    );
+    let pol = &d.policy;
+    println!(
+        "{}: policy {}; {} rounds, {} recompressed, {} pages written back, {} errors",
+        d.name, pol.policy, pol.rounds, pol.recompressed, pol.written_back_pages, pol.errors
+    );
+}
+
+/// What `zramd policy` prints: the policy, its figures and its last round.
+fn print_policy(p: &zramd::figures::PolicyFigures) {
+    println!("policy: {}", p.policy);
+    println!(
+        "rounds {}  recompressed {} ({} bytes saved)  written back {} pages ({} bytes, {} today)  errors {}",
+        p.rounds,
+        p.recompressed,
+        p.recompress_saved_bytes,
+        p.written_back_pages,
+        p.written_back_bytes,
+        p.day_pages,
+        p.errors
+    );
+    if !p.last_round.is_empty() {
+        println!("last round: {}", p.last_round);
+    }
 }
 
 fn main() -> anyhow::Result<()> {
@@ -265,6 +372,53 @@ fn main() -> anyhow::Result<()> {
                     value,
                 },
             )?;
+            Ok(())
+        }
+        Command::Idle {
+            device,
+            age,
+            control,
+        } => {
+            let r = control::call(&control.path(), &Request::Idle { device, age })?;
+            println!("{} slots marked idle", r.idle_marked.unwrap_or(0));
+            Ok(())
+        }
+        Command::Writeback {
+            device,
+            args,
+            control,
+        } => {
+            let args = args.join(" ");
+            let r = control::call(&control.path(), &Request::Writeback { device, args })?;
+            let w = r.written_back.unwrap_or_default();
+            println!(
+                "{} slots written back ({} pages, {} bytes)",
+                w.slots, w.pages, w.bytes
+            );
+            Ok(())
+        }
+        Command::Recompress {
+            device,
+            args,
+            control,
+        } => {
+            let args = args.join(" ");
+            let r = control::call(&control.path(), &Request::Recompress { device, args })?;
+            let c = r.recompressed.unwrap_or_default();
+            println!(
+                "{} of {} slots recompressed ({} bytes saved), {} incompressible",
+                c.recompressed, c.attempts, c.saved_bytes, c.incompressible
+            );
+            Ok(())
+        }
+        Command::Policy {
+            device,
+            words,
+            control,
+        } => {
+            let words = words.join(" ");
+            let r = control::call(&control.path(), &Request::Policy { device, words })?;
+            print_policy(&r.policy.unwrap_or_default());
             Ok(())
         }
         Command::Classes(args) => classes::run(&args),

@@ -1,6 +1,7 @@
 //! The opt-in Prometheus endpoint (`--metrics HOST:PORT`): `GET /metrics` answers in the text
-//! exposition format with each device's `mm_stat` and `io_stat` figures and per-request
-//! counts, bytes and latency histograms.
+//! exposition format with each device's `mm_stat`, `io_stat` and `bd_stat` figures, its
+//! writeback, recompression and policy counters, its backing file's figures, and
+//! per-request counts, bytes and latency histograms.
 //!
 //! The exposition is written directly from the devices' own atomic counters (a scrape reads
 //! them; nothing is copied into a registry between scrapes).
@@ -18,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use crate::endpoint::{self, Endpoint, REQUEST_DEADLINE, Unanswered};
 use crate::export::{LATENCY_BUCKETS_US, Op};
 use crate::listen::Listener;
-use crate::registry::Registry;
+use crate::registry::{DeviceStat, Registry};
 
 /// Metrics connections served at once.
 pub const MAX_CONNECTIONS: usize = 8;
@@ -52,6 +53,115 @@ const MM_STAT_NAMES: [(&str, &str); 12] = [
     ("cached_bytes", "Freed zspage pages kept resident for reuse"),
 ];
 
+/// A per-device figure: name (after `zramd_`), type, help, and how to read it.
+type Figure = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&DeviceStat) -> u64,
+);
+
+/// The post-processing figures: writeback (`bd_stat` in pages, and ours), idle marking,
+/// recompression, the policy, and the backing file (0 without one).
+const POST_FIGURES: [Figure; 17] = [
+    (
+        "bd_count",
+        "gauge",
+        "Pages of slots held in the backing file",
+        |d| d.post.bd_count,
+    ),
+    (
+        "bd_reads_total",
+        "counter",
+        "Pages read back from the backing file",
+        |d| d.post.bd_reads,
+    ),
+    (
+        "bd_writes_total",
+        "counter",
+        "Pages written to the backing file",
+        |d| d.post.bd_writes,
+    ),
+    (
+        "bd_write_bytes_total",
+        "counter",
+        "Bytes written to the backing file",
+        |d| d.post.bd_write_bytes,
+    ),
+    (
+        "wb_failed_total",
+        "counter",
+        "Writebacks the backing file refused",
+        |d| d.post.wb_failed,
+    ),
+    (
+        "bd_read_failed_total",
+        "counter",
+        "Reads of written-back slots that failed",
+        |d| d.post.bd_read_failed,
+    ),
+    ("idle_marked_total", "counter", "Slots marked idle", |d| {
+        d.post.idle_marked
+    }),
+    (
+        "recomp_attempts_total",
+        "counter",
+        "Recompression attempts",
+        |d| d.post.recomp_attempts,
+    ),
+    (
+        "recomp_done_total",
+        "counter",
+        "Slots recompressed into a smaller class",
+        |d| d.post.recomp_done,
+    ),
+    (
+        "recomp_saved_bytes_total",
+        "counter",
+        "Stream bytes recompression saved",
+        |d| d.post.recomp_saved_bytes,
+    ),
+    ("policy_rounds_total", "counter", "Policy rounds run", |d| {
+        d.policy.rounds
+    }),
+    (
+        "policy_recompressed_total",
+        "counter",
+        "Slots the policy recompressed",
+        |d| d.policy.recompressed,
+    ),
+    (
+        "policy_written_back_pages_total",
+        "counter",
+        "Pages the policy wrote back",
+        |d| d.policy.written_back_pages,
+    ),
+    (
+        "policy_errors_total",
+        "counter",
+        "Policy steps that failed",
+        |d| d.policy.errors,
+    ),
+    (
+        "backing_file_bytes",
+        "gauge",
+        "Bytes of backing file in use",
+        |d| d.backing.map_or(0, |b| b.file_bytes),
+    ),
+    (
+        "backing_live_bytes",
+        "gauge",
+        "Bytes of the backing file holding slots' data",
+        |d| d.backing.map_or(0, |b| b.live_bytes),
+    ),
+    (
+        "backing_cache_hits_total",
+        "counter",
+        "Read-backs served from the read-back cache",
+        |d| d.backing.map_or(0, |b| b.cache_hits),
+    ),
+];
+
 /// The exposition text for every device.
 pub fn render(registry: &Registry) -> String {
     let mut out = String::new();
@@ -77,6 +187,13 @@ pub fn render(registry: &Registry) -> String {
                 "zramd_{name}_total{{device=\"{}\"}} {}",
                 d.name, d.io_stat_fields[i]
             );
+        }
+    }
+    for (name, kind, help, value) in POST_FIGURES {
+        let _ = writeln!(out, "# HELP zramd_{name} {help}.");
+        let _ = writeln!(out, "# TYPE zramd_{name} {kind}");
+        for d in &stats {
+            let _ = writeln!(out, "zramd_{name}{{device=\"{}\"}} {}", d.name, value(d));
         }
     }
     let _ = writeln!(

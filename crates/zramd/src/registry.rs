@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use crate::device::Device;
 use crate::export::{Export, ExportSet};
+use crate::figures::{BackingFigures, PolicyFigures, PostCounters};
 use serde::{Deserialize, Serialize};
 
 /// A snapshot of one device, as `zramd stat` shows it.
@@ -42,6 +43,18 @@ pub struct DeviceStat {
     pub unit_size: u64,
     /// Front ends holding the device open (NBD connections, open FUSE files).
     pub openers: usize,
+    /// The backing file for writeback, if one is set.
+    #[serde(default)]
+    pub backing_dev: Option<String>,
+    /// The backing store's figures (initialized with a backing file).
+    #[serde(default)]
+    pub backing: Option<BackingFigures>,
+    /// `bd_stat` and the other post-processing counters (zeroes when uninitialized).
+    #[serde(default)]
+    pub post: PostCounters,
+    /// The post-processing policy and what it has done.
+    #[serde(default)]
+    pub policy: PolicyFigures,
 }
 
 fn page_size() -> u64 {
@@ -135,6 +148,19 @@ impl Registry {
                     chain_size: settings.pool.chain_size,
                     unit_size: settings.unit_size.bytes(),
                     openers: e.device.openers(),
+                    backing_dev: settings
+                        .backing_dev
+                        .as_ref()
+                        .map(|p| p.display().to_string()),
+                    backing: zram
+                        .as_ref()
+                        .and_then(|z| z.backing_stats())
+                        .map(BackingFigures::from),
+                    post: zram.as_deref().map(PostCounters::of).unwrap_or_default(),
+                    policy: PolicyFigures::new(
+                        &e.device.policy(),
+                        &zram.as_ref().map(|z| z.policy_stats()).unwrap_or_default(),
+                    ),
                 }
             })
             .collect()

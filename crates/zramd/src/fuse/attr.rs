@@ -1,5 +1,7 @@
 //! Attribute files' I/O, as sysfs does it: a read shows the attribute's text from the
-//! offset on; a write stores at most a page (a longer one is short) and ignores the offset,
+//! offset on, the text made by the read at offset 0 of that open file and kept until it is
+//! closed (as sysfs's seq_file keeps it), so a text longer than one read (`block_state`)
+//! comes out whole and self-consistent however it is read; a write stores at most a page (a longer one is short) and ignores the offset,
 //! so `echo 1 >> compact` works. A file with no read side opened for reading after a
 //! `chmod` (or no write side, for writing) answers `EIO`, as kernfs does.
 //!
@@ -8,10 +10,12 @@
 //! session's threads: they go on serving every other request meanwhile. At most
 //! [`MAX_WRITES`] run at once; more are refused with `EBUSY` until one ends.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use fuser::{Errno, ReplyWrite};
+use parking_lot::Mutex;
 
 use crate::device::Device;
 use crate::sysfs::{self, ATTRS};
@@ -21,17 +25,49 @@ pub const WRITE_MAX: usize = 4096;
 /// Attribute writes running at once, at most.
 pub const MAX_WRITES: usize = 64;
 
-/// Up to `size` bytes of attribute `a`'s text from `offset` on.
-pub fn read(device: &Device, a: usize, offset: u64, size: u32) -> Result<Vec<u8>, i32> {
-    if !ATTRS[a].readable() {
-        return Err(libc::EIO);
+/// The texts open attribute files show, by file handle.
+#[derive(Debug, Default)]
+pub struct Texts {
+    open: Mutex<HashMap<u64, Arc<Vec<u8>>>>,
+}
+
+impl Texts {
+    /// Up to `size` bytes of attribute `a`'s text from `offset` on, for open file `fh`: a
+    /// read at offset 0, or the first read, makes the text; later ones read the same text.
+    pub fn read(
+        &self,
+        device: &Device,
+        a: usize,
+        fh: u64,
+        offset: u64,
+        size: u32,
+    ) -> Result<Vec<u8>, i32> {
+        if !ATTRS[a].readable() {
+            return Err(libc::EIO);
+        }
+        let kept = match offset {
+            0 => None,
+            _ => self.open.lock().get(&fh).cloned(),
+        };
+        let text = match kept {
+            Some(text) => text,
+            None => {
+                let text = Arc::new(sysfs::read(device, ATTRS[a].name)?.into_bytes());
+                self.open.lock().insert(fh, Arc::clone(&text));
+                text
+            }
+        };
+        let from = usize::try_from(offset)
+            .unwrap_or(usize::MAX)
+            .min(text.len());
+        let to = from.saturating_add(size as usize).min(text.len());
+        Ok(text[from..to].to_vec())
     }
-    let text = sysfs::read(device, ATTRS[a].name)?.into_bytes();
-    let from = usize::try_from(offset)
-        .unwrap_or(usize::MAX)
-        .min(text.len());
-    let to = from.saturating_add(size as usize).min(text.len());
-    Ok(text[from..to].to_vec())
+
+    /// File `fh` is closed: its text goes.
+    pub fn release(&self, fh: u64) {
+        self.open.lock().remove(&fh);
+    }
 }
 
 /// The attribute writes running now.

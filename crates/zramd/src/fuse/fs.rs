@@ -22,10 +22,10 @@ use fuser::{
 };
 use parking_lot::RwLock;
 
-use super::attr::Writers;
+use super::attr::{Texts, Writers};
+use super::disk;
 use super::inode::{Node, ROOT, inode, node};
 use super::meta::{Change, Meta, MetaTable};
-use super::{attr, disk};
 use crate::device::Opened;
 use crate::export::ExportSet;
 use crate::sysfs::ATTRS;
@@ -43,6 +43,8 @@ pub struct ZramFs {
     meta: MetaTable,
     /// Attribute writes running now.
     attr_writers: Writers,
+    /// The texts open attribute files show.
+    attr_texts: Texts,
     uid: u32,
     gid: u32,
     started: SystemTime,
@@ -62,6 +64,7 @@ impl ZramFs {
             next_fh: AtomicU64::new(1),
             meta: MetaTable::default(),
             attr_writers: Writers::default(),
+            attr_texts: Texts::default(),
             uid,
             gid,
             started: SystemTime::now(),
@@ -251,7 +254,8 @@ impl Filesystem for ZramFs {
                 {
                     return reply.error(errno(libc::EACCES));
                 }
-                reply.opened(FileHandle(0), FopenFlags::FOPEN_DIRECT_IO);
+                let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+                reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO);
             }
             Some(_) => reply.error(errno(libc::EISDIR)),
             None => reply.error(Errno::ENOENT),
@@ -275,7 +279,7 @@ impl Filesystem for ZramFs {
                 _ => Err(libc::EBADF),
             },
             Some(Node::Attr(d, a)) => match self.export(d) {
-                Some(e) => attr::read(&e.device, a, offset, size),
+                Some(e) => self.attr_texts.read(&e.device, a, fh.0, offset, size),
                 None => Err(libc::ENOENT),
             },
             _ => Err(libc::EISDIR),
@@ -352,6 +356,7 @@ impl Filesystem for ZramFs {
         reply: ReplyEmpty,
     ) {
         self.open_disks.write().remove(&fh.0);
+        self.attr_texts.release(fh.0);
         reply.ok();
     }
 

@@ -1,11 +1,11 @@
-//! Inode numbers: 1 is the root; device `i` has its folder at `16 (i + 1)`, its `disk` at
+//! Inode numbers: 1 is the root; device `i` has its folder at `32 (i + 1)`, its `disk` at
 //! the next number and its attribute files after that, in [`ATTRS`] order.
 
 use crate::sysfs::ATTRS;
 
 /// The root folder's inode.
 pub const ROOT: u64 = 1;
-const PER_DEVICE: u64 = 16;
+const PER_DEVICE: u64 = 32;
 const DISK: u64 = 1;
 const _: () = assert!(2 + ATTRS.len() as u64 <= PER_DEVICE);
 

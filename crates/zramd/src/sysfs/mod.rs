@@ -1,15 +1,27 @@
 //! The kernel zram's attribute files (`/sys/block/zramN/*`) over a [`Device`]: the same
 //! names, modes, formats and errors, so that zram users' scripts keep working against the
-//! FUSE control tree. One file is ours, after the kernel's: `unit_size`, the bytes
-//! compressed as one stream, set like `comp_algorithm` while the device is uninitialized.
+//! FUSE control tree. Beyond the kernel's: `unit_size`, the bytes compressed as one stream,
+//! set like `comp_algorithm` while the device is uninitialized; `block_state`, the kernel's
+//! debugfs file, in the device's directory; `policy` and `policy_stat`, the automatic
+//! post-processing policy.
 //!
 //! Each attribute reads what is written as the kernel's `store` function does: the bytes as
 //! a C string; sizes by `memparse`, numbers by `kstrtou16`/`kstrtoul` ([`parse`]), names
 //! with one trailing newline dropped. `algorithm_params` checks its words and the device's
 //! state before it touches a dictionary file, and reads that file within bounds ([`dict`]).
+//!
+//! - `params`: `recomp_algorithm` and `algorithm_params`, settings of the primary and the
+//!   secondary algorithms (`EBUSY` once initialized);
+//! - `post`: idle tracking, writeback (`backing_dev`, `writeback`, `writeback_limit`,
+//!   `writeback_limit_enable`, `writeback_batch_size`, `bd_stat`), `recompress`,
+//!   `block_state`, `policy` (words over the policy; `run` runs a round now) and
+//!   `policy_stat` (`rounds recompressed recompress_saved_bytes written_back_pages
+//!   written_back_bytes errors day_pages`, then the last round in words).
 
 mod dict;
+mod params;
 mod parse;
+mod post;
 
 pub use dict::{MAX_DICT_BYTES, read_dictionary};
 pub use parse::{kstrtoull, memparse};
@@ -39,56 +51,39 @@ impl Attr {
     }
 }
 
-/// The attributes, in the order a directory listing shows them.
-pub const ATTRS: [Attr; 12] = [
-    Attr {
-        name: "disksize",
-        mode: 0o644,
-    },
-    Attr {
-        name: "initstate",
-        mode: 0o444,
-    },
-    Attr {
-        name: "reset",
-        mode: 0o200,
-    },
-    Attr {
-        name: "comp_algorithm",
-        mode: 0o644,
-    },
-    Attr {
-        name: "algorithm_params",
-        mode: 0o200,
-    },
-    Attr {
-        name: "mem_limit",
-        mode: 0o200,
-    },
-    Attr {
-        name: "mem_used_max",
-        mode: 0o200,
-    },
-    Attr {
-        name: "compact",
-        mode: 0o200,
-    },
-    Attr {
-        name: "mm_stat",
-        mode: 0o444,
-    },
-    Attr {
-        name: "io_stat",
-        mode: 0o444,
-    },
-    Attr {
-        name: "debug_stat",
-        mode: 0o444,
-    },
-    Attr {
-        name: "unit_size",
-        mode: 0o644,
-    },
+impl Attr {
+    const fn new(name: &'static str, mode: u16) -> Self {
+        Self { name, mode }
+    }
+}
+
+/// The attributes, in the order a directory listing shows them: the kernel's, then ours
+/// (`unit_size`, `block_state` from the kernel's debugfs, `policy`, `policy_stat`).
+pub const ATTRS: [Attr; 24] = [
+    Attr::new("disksize", 0o644),
+    Attr::new("initstate", 0o444),
+    Attr::new("reset", 0o200),
+    Attr::new("comp_algorithm", 0o644),
+    Attr::new("algorithm_params", 0o200),
+    Attr::new("mem_limit", 0o200),
+    Attr::new("mem_used_max", 0o200),
+    Attr::new("compact", 0o200),
+    Attr::new("mm_stat", 0o444),
+    Attr::new("io_stat", 0o444),
+    Attr::new("debug_stat", 0o444),
+    Attr::new("unit_size", 0o644),
+    Attr::new("backing_dev", 0o644),
+    Attr::new("idle", 0o200),
+    Attr::new("writeback", 0o200),
+    Attr::new("writeback_limit_enable", 0o644),
+    Attr::new("writeback_limit", 0o644),
+    Attr::new("writeback_batch_size", 0o644),
+    Attr::new("bd_stat", 0o444),
+    Attr::new("recomp_algorithm", 0o644),
+    Attr::new("recompress", 0o200),
+    Attr::new("block_state", 0o444),
+    Attr::new("policy", 0o644),
+    Attr::new("policy_stat", 0o444),
 ];
 
 /// The attribute with this name.
@@ -106,25 +101,29 @@ pub fn read(dev: &Device, name: &str) -> Result<String, i32> {
     Ok(match name {
         "disksize" => format!("{}\n", zram.as_ref().map_or(0, |z| z.disksize())),
         "initstate" => format!("{}\n", u8::from(zram.is_some())),
-        "comp_algorithm" => {
-            let current = dev.settings().algorithm;
-            let mut s = String::new();
-            for alg in Algorithm::ALL {
-                if alg == current {
-                    s.push_str(&format!("[{alg}] "));
-                } else {
-                    s.push_str(&format!("{alg} "));
-                }
-            }
-            s.push('\n');
-            s
-        }
+        "comp_algorithm" => algorithm_list(dev.settings().algorithm),
         "mm_stat" => zram.map_or_else(|| MmStat::default().format(), |z| z.mm_stat().format()),
         "io_stat" => zram.map_or_else(|| IoStat::default().format(), |z| z.io_stat().format()),
         "debug_stat" => format_debug_stat(),
         "unit_size" => format!("{}\n", dev.settings().unit_size.bytes()),
-        _ => return Err(libc::EACCES),
+        "recomp_algorithm" => params::recomp_algorithm_list(dev),
+        _ => return post::read(dev, name),
     })
+}
+
+/// The algorithms as `comp_algorithm` lists them, the chosen one in brackets (the kernel's
+/// `zcomp_available_show`).
+fn algorithm_list(current: Algorithm) -> String {
+    let mut s = String::new();
+    for alg in Algorithm::ALL {
+        if alg == current {
+            s.push_str(&format!("[{alg}] "));
+        } else {
+            s.push_str(&format!("{alg} "));
+        }
+    }
+    s.push('\n');
+    s
 }
 
 /// Writes an attribute. `Err` carries an errno. The value is what the kernel's `store`
@@ -187,7 +186,8 @@ fn store(dev: &Device, name: &str, value: &[u8]) -> Result<(), DeviceError> {
                 Ok(())
             })
         }
-        "algorithm_params" => store_algorithm_params(dev, value),
+        "algorithm_params" => params::store_algorithm_params(dev, value),
+        "recomp_algorithm" => params::store_recomp_algorithm(dev, value),
         "mem_limit" => {
             dev.set_mem_limit(size_value("mem_limit", value)?);
             Ok(())
@@ -217,48 +217,8 @@ fn store(dev: &Device, name: &str, value: &[u8]) -> Result<(), DeviceError> {
             }
             None => Err(DeviceError::NotInitialized),
         },
-        _ => Err(DeviceError::invalid("attribute", name)),
+        _ => post::store(dev, name, value),
     }
-}
-
-/// `algorithm_params`: `algo=`, `priority=0`, `level=`, `dict=PATH`, separated by blanks.
-/// Everything is checked before the dictionary file is touched: the words, then the
-/// device's state (`EBUSY` once initialized: the parameters are the device's from then on).
-fn store_algorithm_params(dev: &Device, value: &[u8]) -> Result<(), DeviceError> {
-    let bad = |what: &[u8]| invalid("algorithm_params", what);
-    let (mut level, mut dict_path) = (None, None);
-    for kv in value
-        .split(u8::is_ascii_whitespace)
-        .filter(|w| !w.is_empty())
-    {
-        let eq = kv.iter().position(|&b| b == b'=').ok_or_else(|| bad(kv))?;
-        let (k, v) = (&kv[..eq], &kv[eq + 1..]);
-        let text = || std::str::from_utf8(v).map_err(|_| bad(kv));
-        match k {
-            _ if v.is_empty() => return Err(bad(kv)),
-            b"priority" if v == b"0" => {}
-            b"algo" => {
-                if algorithm(v)? != dev.settings().algorithm {
-                    return Err(bad(kv));
-                }
-            }
-            b"level" => level = Some(text()?.parse::<i32>().map_err(|_| bad(kv))?),
-            b"dict" => dict_path = Some(v),
-            _ => return Err(bad(kv)),
-        }
-    }
-    if dev.initialized() {
-        return Err(DeviceError::Busy);
-    }
-    let dict = dict_path
-        .map(read_dictionary)
-        .transpose()?
-        .map(std::sync::Arc::new);
-    dev.update_settings(|s| {
-        s.params.level = level;
-        s.params.dictionary = dict;
-        Ok(())
-    })
 }
 
 #[cfg(test)]

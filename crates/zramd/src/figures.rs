@@ -1,0 +1,172 @@
+//! The post-processing figures as the control socket sends them and `zramd stat` and the
+//! metrics show them: serializable copies of the library's reports and counters.
+
+use serde::{Deserialize, Serialize};
+use zram::stats::Counters;
+use zram::{PolicyStats, RecompressReport, WritebackReport, Zram};
+
+/// What one writeback pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WritebackFigures {
+    /// Slots now in the backing file.
+    pub slots: u64,
+    /// Their pages.
+    pub pages: u64,
+    /// Bytes written to the file for them.
+    pub bytes: u64,
+}
+
+impl From<WritebackReport> for WritebackFigures {
+    fn from(r: WritebackReport) -> Self {
+        Self {
+            slots: r.slots,
+            pages: r.pages,
+            bytes: r.bytes,
+        }
+    }
+}
+
+/// What one recompression pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecompressFigures {
+    /// Slots tried.
+    pub attempts: u64,
+    /// Slots re-encoded into a smaller class.
+    pub recompressed: u64,
+    /// Slots marked incompressible.
+    pub incompressible: u64,
+    /// Stream bytes saved.
+    pub saved_bytes: u64,
+}
+
+impl From<RecompressReport> for RecompressFigures {
+    fn from(r: RecompressReport) -> Self {
+        Self {
+            attempts: r.attempts,
+            recompressed: r.recompressed,
+            incompressible: r.incompressible,
+            saved_bytes: r.saved_bytes,
+        }
+    }
+}
+
+/// A device's policy, in its words, and what it has done.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyFigures {
+    /// The policy as `key=value` words (the `policy` attribute's text).
+    pub policy: String,
+    /// Rounds run.
+    pub rounds: u64,
+    /// Slots recompressed.
+    pub recompressed: u64,
+    /// Stream bytes recompression saved.
+    pub recompress_saved_bytes: u64,
+    /// Pages written back.
+    pub written_back_pages: u64,
+    /// Bytes written to the backing file.
+    pub written_back_bytes: u64,
+    /// Steps that failed.
+    pub errors: u64,
+    /// Pages written back today.
+    pub day_pages: u64,
+    /// What the last round did, in words.
+    pub last_round: String,
+}
+
+impl PolicyFigures {
+    /// The figures of `policy` (its words) and `stats`.
+    pub fn new(policy: &zram::Policy, stats: &PolicyStats) -> Self {
+        Self {
+            policy: policy.to_string(),
+            rounds: stats.rounds,
+            recompressed: stats.recompressed,
+            recompress_saved_bytes: stats.recompress_saved_bytes,
+            written_back_pages: stats.written_back_pages,
+            written_back_bytes: stats.written_back_bytes,
+            errors: stats.errors,
+            day_pages: stats.day_pages,
+            last_round: stats.last_round.clone(),
+        }
+    }
+}
+
+/// The device's post-processing counters (`bd_stat`'s and ours).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PostCounters {
+    /// Pages of slots in the backing file.
+    pub bd_count: u64,
+    /// Pages read back from it.
+    pub bd_reads: u64,
+    /// Pages written to it.
+    pub bd_writes: u64,
+    /// Bytes written to it.
+    pub bd_write_bytes: u64,
+    /// Writebacks the file refused.
+    pub wb_failed: u64,
+    /// Reads of written-back slots that failed.
+    pub bd_read_failed: u64,
+    /// Slots marked idle.
+    pub idle_marked: u64,
+    /// Recompression attempts.
+    pub recomp_attempts: u64,
+    /// Slots recompressed into a smaller class.
+    pub recomp_done: u64,
+    /// Bytes recompression saved.
+    pub recomp_saved_bytes: u64,
+}
+
+impl PostCounters {
+    /// The counters of `zram`.
+    pub fn of(zram: &Zram) -> Self {
+        let c = zram.counters();
+        let bd = zram.bd_stat();
+        Self {
+            bd_count: bd.bd_count,
+            bd_reads: bd.bd_reads,
+            bd_writes: bd.bd_writes,
+            bd_write_bytes: Counters::get(&c.bd_write_bytes),
+            wb_failed: Counters::get(&c.wb_failed),
+            bd_read_failed: Counters::get(&c.bd_read_failed),
+            idle_marked: Counters::get(&c.idle_marked),
+            recomp_attempts: Counters::get(&c.recomp_attempts),
+            recomp_done: Counters::get(&c.recomp_done),
+            recomp_saved_bytes: Counters::get(&c.recomp_saved_bytes),
+        }
+    }
+}
+
+/// The backing store's figures.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackingFigures {
+    /// Bytes of objects the file holds for slots.
+    pub live_bytes: u64,
+    /// Bytes of file in use.
+    pub file_bytes: u64,
+    /// Bytes written.
+    pub bytes_written: u64,
+    /// Bytes read from the file.
+    pub bytes_read: u64,
+    /// Reads.
+    pub reads: u64,
+    /// Reads served from the read-back cache.
+    pub cache_hits: u64,
+    /// Failed reads.
+    pub read_errors: u64,
+    /// Failed appends.
+    pub write_errors: u64,
+}
+
+impl From<zram::backing::BackingStats> for BackingFigures {
+    fn from(s: zram::backing::BackingStats) -> Self {
+        Self {
+            live_bytes: s.live_bytes,
+            file_bytes: s.file_bytes,
+            bytes_written: s.bytes_written,
+            bytes_read: s.bytes_read,
+            reads: s.reads,
+            cache_hits: s.cache_hits,
+            read_errors: s.read_errors,
+            write_errors: s.write_errors,
+        }
+    }
+}

@@ -1,0 +1,247 @@
+//! Writeback to a real backing file through the front ends: the attribute files over FUSE
+//! (`idle all`, `writeback idle`, `bd_stat`, data read back whole, `writeback_limit`), the
+//! control socket (`writeback`, a policy round writing back), and `backing_dev` on a
+//! missing path failing `disksize` with `ENOENT`. Needs the file backing store
+//! (`zram::backing::FileBacking`). Tests that cannot run here print why and return.
+
+/// Shared test helpers (`tests/common/`): each test includes the files it uses.
+mod common {
+    pub mod have;
+}
+
+use std::io::Read as _;
+use std::os::unix::fs::FileExt as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::have::have;
+use zram::ZramConfig;
+use zramd::control::{self, Request};
+use zramd::device::Device;
+use zramd::serve::{DeviceSpec, ServeOptions, Server};
+
+fn errno_of<T>(r: std::io::Result<T>) -> Option<i32> {
+    r.err().and_then(|e| e.raw_os_error())
+}
+
+/// Lazily detaches whatever is still mounted on the directory when dropped.
+struct Detach(PathBuf);
+
+impl Drop for Detach {
+    fn drop(&mut self) {
+        let mounted = std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap_or_default()
+            .lines()
+            .any(|l| Some(l.split(' ').nth(4)) == Some(self.0.to_str()));
+        if mounted {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+}
+
+/// A page of text from a small vocabulary in a pseudo-random order.
+fn prose(seed: u64) -> Vec<u8> {
+    const WORDS: [&str; 16] = [
+        "zram ",
+        "keeps ",
+        "pages ",
+        "compressed ",
+        "in ",
+        "memory ",
+        "and ",
+        "writes ",
+        "cold ",
+        "ones ",
+        "back ",
+        "to ",
+        "a ",
+        "file ",
+        "when ",
+        "asked ",
+    ];
+    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+    let mut page = Vec::with_capacity(4096);
+    while page.len() < 4096 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        page.extend_from_slice(WORDS[(x >> 60) as usize].as_bytes());
+    }
+    page.truncate(4096);
+    page
+}
+
+fn bd_stat(dev: &Path) -> [u64; 3] {
+    let text = std::fs::read_to_string(dev.join("bd_stat")).unwrap();
+    let v: Vec<u64> = text
+        .split_whitespace()
+        .map(|f| f.parse().unwrap())
+        .collect();
+    [v[0], v[1], v[2]]
+}
+
+/// A server with `zram0` (16 MiB, writing back to `backing`) and its tree at `mnt`.
+fn start(dir: &Path, mnt: &Path, backing: &Path) -> Server {
+    Server::start(&ServeOptions {
+        devices: vec![DeviceSpec {
+            name: "zram0".into(),
+            size: "16M".parse().unwrap(),
+            config: ZramConfig {
+                backing_dev: Some(backing.to_owned()),
+                recomp_algorithm: vec!["algo=zstd priority=1".parse().unwrap()],
+                ..ZramConfig::default()
+            },
+            ..DeviceSpec::default()
+        }],
+        control: Some(dir.join("control.sock")),
+        fuse: Some(mnt.to_owned()),
+        ..ServeOptions::default()
+    })
+    .expect("start server with FUSE and a backing file")
+}
+
+#[test]
+fn writeback_through_the_tree_reads_back_whole() {
+    if !have("writeback_through_the_tree_reads_back_whole", "fuse") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mnt = tmp.path().join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let mnt = mnt.canonicalize().unwrap();
+    let _detach = Detach(mnt.clone());
+    let backing = tmp.path().join("backing");
+    std::fs::write(&backing, b"old contents are discarded").unwrap();
+    let server = start(tmp.path(), &mnt, &backing);
+    let dev = mnt.join("zram0");
+    let write = |name: &str, value: &str| std::fs::write(dev.join(name), value);
+    assert_eq!(
+        std::fs::read_to_string(dev.join("backing_dev")).unwrap(),
+        format!("{}\n", backing.display())
+    );
+
+    const PAGES: u64 = 256;
+    let mut data: Vec<u8> = (0..PAGES).flat_map(prose).collect();
+    // Some same-filled pages, which writeback skips.
+    data[4096 * 10..4096 * 12].fill(0);
+    let disk = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dev.join("disk"))
+        .unwrap();
+    disk.write_all_at(&data, 0).unwrap();
+    assert_eq!(bd_stat(&dev), [0, 0, 0]);
+    for bad in ["cold", "page_index=", "type=all", "idle huge"] {
+        assert_eq!(
+            errno_of(write("writeback", bad)),
+            Some(libc::EINVAL),
+            "{bad:?}"
+        );
+    }
+    write("writeback", "idle\n").unwrap();
+    assert_eq!(bd_stat(&dev), [0, 0, 0], "nothing is idle yet");
+    write("idle", "all\n").unwrap();
+    write("writeback", "idle\n").unwrap();
+    let written = PAGES - 2;
+    assert_eq!(bd_stat(&dev), [written, 0, written]);
+    let state = std::fs::read_to_string(dev.join("block_state")).unwrap();
+    assert_eq!(
+        state.lines().filter(|l| l.contains('w')).count() as u64,
+        written
+    );
+    // Recompression leaves written-back slots alone.
+    write("recompress", "type=idle").unwrap();
+    assert_eq!(bd_stat(&dev), [written, 0, written]);
+
+    let mut back = vec![0u8; data.len()];
+    std::fs::File::open(dev.join("disk"))
+        .unwrap()
+        .read_exact(&mut back)
+        .unwrap();
+    assert!(back == data, "the data reads back whole from the file");
+    let [count, reads, writes] = bd_stat(&dev);
+    assert_eq!((count, writes), (written, written));
+    assert!(reads > 0, "read back from the file");
+
+    // The figures: stat and metrics show the file.
+    let stats = server.registry.stats();
+    let backing_figures = stats[0].backing.expect("backing figures");
+    assert!(backing_figures.file_bytes > 0 && backing_figures.live_bytes > 0);
+    assert_eq!(stats[0].post.bd_writes, written);
+    let metrics = zramd::metrics::render(&server.registry);
+    assert!(
+        metrics.contains(&format!(
+            "zramd_bd_writes_total{{device=\"zram0\"}} {written}"
+        )),
+        "{metrics}"
+    );
+
+    // writeback_limit: two pages, then EIO.
+    disk.write_all_at(&data[..4096 * 8], 0).unwrap();
+    write("writeback_limit_enable", "1").unwrap();
+    write("writeback_limit", "2").unwrap();
+    write("idle", "all").unwrap();
+    assert_eq!(errno_of(write("writeback", "idle")), Some(libc::EIO));
+    assert_eq!(bd_stat(&dev)[2], written + 2);
+    assert_eq!(
+        std::fs::read_to_string(dev.join("writeback_limit")).unwrap(),
+        "0\n"
+    );
+    write("writeback_limit_enable", "0").unwrap();
+
+    // The control socket: writeback, then a policy round with nothing left to write.
+    let r = control::handle(
+        &server.registry,
+        &Request::Writeback {
+            device: "zram0".into(),
+            args: "type=idle page_indexes=0-7".into(),
+        },
+    );
+    assert!(r.ok, "{r:?}");
+    assert_eq!(r.written_back.unwrap().pages, 6);
+    disk.write_all_at(&data[..4096 * 4], 0).unwrap();
+    let r = control::handle(
+        &server.registry,
+        &Request::Policy {
+            device: "zram0".into(),
+            words: "writeback_age=0 min_age=0 run".into(),
+        },
+    );
+    assert!(r.ok, "{r:?}");
+    let policy = r.policy.unwrap();
+    assert_eq!(
+        (policy.rounds, policy.written_back_pages),
+        (1, 4),
+        "{policy:?}"
+    );
+    drop(disk);
+    let mut back = vec![0u8; data.len()];
+    std::fs::File::open(dev.join("disk"))
+        .unwrap()
+        .read_exact(&mut back)
+        .unwrap();
+    assert!(back == data, "the data reads back whole after every pass");
+    server.stop();
+}
+
+#[test]
+fn backing_dev_on_a_missing_path_fails_disksize_with_enoent() {
+    use zramd::sysfs::{read, write};
+    let d = Device::new("zram0", ZramConfig::default());
+    write(&d, "backing_dev", b"/nonexistent/zramd/backing\n").unwrap();
+    assert_eq!(write(&d, "disksize", b"1M"), Err(libc::ENOENT));
+    assert_eq!(read(&d, "initstate").unwrap(), "0\n");
+    // A file that exists works.
+    let file = tempfile::NamedTempFile::new().unwrap();
+    write(&d, "backing_dev", file.path().to_str().unwrap().as_bytes()).unwrap();
+    write(&d, "disksize", b"1M").unwrap();
+    assert_eq!(read(&d, "initstate").unwrap(), "1\n");
+    let z = d.zram().unwrap();
+    z.write(0, &prose(1)).unwrap();
+    write(&d, "idle", b"all").unwrap();
+    write(&d, "writeback", b"page_index=0").unwrap();
+    assert_eq!(read(&d, "bd_stat").unwrap(), "       1        0        1\n");
+    let mut back = vec![0u8; 4096];
+    z.read(0, &mut back).unwrap();
+    assert_eq!(back, prose(1));
+}
