@@ -80,13 +80,19 @@ pub struct ServerConfig {
     #[arg(long, default_value_t = ServerConfig::DEFAULT.max_in_flight)]
     pub max_in_flight: Size,
     /// NBD over TLS: off, on (offered to clients that ask with NBD_OPT_STARTTLS) or require
-    /// (clients that do not negotiate TLS get no export). x509 certificates only.
+    /// (clients that do not negotiate TLS get no export), with x509 certificates
+    /// (`--tls-certificates`) or pre-shared keys (`--tls-psk`).
     #[arg(long, value_enum, default_value_t = TlsMode::Off)]
     pub tls: TlsMode,
     /// Directory with `server-cert.pem` and `server-key.pem` (qemu's tls-creds-x509
     /// layout), for `--tls on|require`.
     #[arg(long)]
     pub tls_certificates: Option<std::path::PathBuf>,
+    /// Pre-shared keys for `--tls on|require` instead of certificates: a GnuTLS `psktool`
+    /// file, `username:hexkey` per line (as nbdkit's `--tls-psk` and qemu's
+    /// `tls-creds-psk` read it). Read once at start.
+    #[arg(long, conflicts_with = "tls_certificates")]
+    pub tls_psk: Option<std::path::PathBuf>,
 }
 
 /// Whether the NBD server offers TLS.
@@ -108,13 +114,19 @@ impl ServerConfig {
         if self.tls == TlsMode::Off {
             return Ok(None);
         }
-        let Some(dir) = &self.tls_certificates else {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "--tls on|require needs --tls-certificates DIR (server-cert.pem, server-key.pem)",
-            ));
-        };
-        tls::Tls::load(dir, self.tls == TlsMode::Require).map(Some)
+        let require = self.tls == TlsMode::Require;
+        let invalid = |why| std::io::Error::new(std::io::ErrorKind::InvalidInput, why);
+        match (&self.tls_certificates, &self.tls_psk) {
+            (Some(_), Some(_)) => Err(invalid(
+                "--tls-certificates and --tls-psk (tls_certificates, tls_psk) exclude each other",
+            )),
+            (Some(dir), None) => tls::Tls::load(dir, require).map(Some),
+            (None, Some(file)) => tls::Tls::load_psk(file, require).map(Some),
+            (None, None) => Err(invalid(
+                "--tls on|require needs --tls-certificates DIR (server-cert.pem, server-key.pem) \
+                 or --tls-psk FILE (username:hexkey lines)",
+            )),
+        }
     }
 }
 
@@ -131,6 +143,7 @@ impl ServerConfig {
         max_in_flight: Size(256 << 20),
         tls: TlsMode::Off,
         tls_certificates: None,
+        tls_psk: None,
     };
 
     /// The maximum block size actually advertised and enforced.

@@ -1,6 +1,7 @@
 //! NBD over TLS (`NBD_OPT_STARTTLS`, proto.md "TLS support"), with x509 certificates as
 //! qemu and nbdkit use them: a directory holding `server-cert.pem` and `server-key.pem`
-//! (qemu's `tls-creds-x509` layout).
+//! (qemu's `tls-creds-x509` layout), through rustls; or with pre-shared keys (a `psktool`
+//! file, as nbdkit's `--tls-psk` and qemu's `tls-creds-psk`), through OpenSSL ([`psk`]).
 //!
 //! After the server acknowledges `NBD_OPT_STARTTLS`, the TLS handshake runs on the socket;
 //! then the rest of the negotiation and the transmission run unchanged over a plain unix
@@ -9,8 +10,7 @@
 //! lock, and encrypted bytes are written to the socket under it, so records leave in the
 //! order they were made. The connection's table entry keeps the client's socket, so the
 //! reaper's shutdown ends the pumps, and with them the plain side.
-//!
-//! Pre-shared keys (qemu's `tls-creds-psk`) are not offered: rustls has no external PSK.
+//! Both engines sit behind [`Engine`], so the pumps do not know which runs.
 
 use std::io::{self, Read, Write};
 use std::net::Shutdown;
@@ -25,15 +25,34 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::stream::Conn;
 
+mod psk;
+
 /// The server's TLS setting.
 #[derive(Debug, Clone)]
 pub struct Tls {
-    config: Arc<rustls::ServerConfig>,
+    creds: Creds,
     /// Refuse clients that do not negotiate TLS (`--tls require`).
     pub require: bool,
 }
 
+/// What the server proves itself with.
+#[derive(Debug, Clone)]
+enum Creds {
+    X509(Arc<rustls::ServerConfig>),
+    Psk(psk::Psk),
+}
+
 impl Tls {
+    /// Loads the `username:hexkey` lines of a `psktool` file (GnuTLS's format, as nbdkit's
+    /// `--tls-psk` and qemu's `tls-creds-psk` read it); a malformed one is an error naming
+    /// the line.
+    pub fn load_psk(file: &Path, require: bool) -> io::Result<Self> {
+        Ok(Self {
+            creds: Creds::Psk(psk::Psk::load(file)?),
+            require,
+        })
+    }
+
     /// Loads `server-cert.pem` (the chain, leaf first) and `server-key.pem` from `dir`.
     pub fn load(dir: &Path, require: bool) -> io::Result<Self> {
         let bad = |what: &str, e: &dyn std::fmt::Display| {
@@ -59,7 +78,7 @@ impl Tls {
             .with_single_cert(certs, key)
             .map_err(|e| bad("certificate and key", &e))?;
         Ok(Self {
-            config: Arc::new(config),
+            creds: Creds::X509(Arc::new(config)),
             require,
         })
     }
@@ -68,28 +87,19 @@ impl Tls {
     /// session: a socket whose reads are what the client sent and whose writes reach it
     /// encrypted.
     pub(crate) fn start<C: Conn>(&self, conn: &C, deadline: Instant) -> io::Result<UnixStream> {
-        let mut tls = ServerConnection::new(Arc::clone(&self.config)).map_err(io::Error::other)?;
-        let mut sock = conn.duplicate()?;
-        while tls.is_handshaking() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(io::Error::new(io::ErrorKind::TimedOut, "TLS handshake"));
+        let (engine, early) = match &self.creds {
+            Creds::X509(config) => x509_handshake(config, conn, deadline)?,
+            Creds::Psk(psk) => {
+                let (session, early) = psk.handshake(conn, deadline)?;
+                (Engine::Openssl(session), early)
             }
-            sock.set_timeouts(Some(left))?;
-            tls.complete_io(&mut sock)?;
-        }
-        sock.set_timeouts(None)?;
+        };
         let (plain, far) = UnixStream::pair()?;
         // What the client sent right behind its last handshake message (its next option,
         // often in the same segment) is already decrypted: pass it on before the pumps
         // start, or it would wait for the client's next bytes, which wait for its answer.
-        let state = tls
-            .process_new_packets()
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-        let mut early = vec![0u8; state.plaintext_bytes_to_read()];
-        tls.reader().read_exact(&mut early)?;
         (&far).write_all(&early)?;
-        let shared = Arc::new(Mutex::new((tls, sock)));
+        let shared = Arc::new(Mutex::new(engine));
         let inbound = (Arc::clone(&shared), conn.duplicate()?, far.try_clone()?);
         std::thread::Builder::new()
             .name("nbd-tls-in".into())
@@ -103,13 +113,103 @@ impl Tls {
             .spawn(move || {
                 let _ = pump_out(&shared, &far);
                 let guard = shared.lock().unwrap_or_else(PoisonError::into_inner);
-                guard.1.close(Shutdown::Both);
+                guard.close();
             })?;
         Ok(plain)
     }
 }
 
-type Shared<C> = Mutex<(ServerConnection, C)>;
+/// The rustls handshake on `conn` by `deadline`: the session and what the client sent
+/// right behind it, decrypted.
+fn x509_handshake<C: Conn>(
+    config: &Arc<rustls::ServerConfig>,
+    conn: &C,
+    deadline: Instant,
+) -> io::Result<(Engine<C>, Vec<u8>)> {
+    let mut tls = ServerConnection::new(Arc::clone(config)).map_err(io::Error::other)?;
+    let mut sock = conn.duplicate()?;
+    while tls.is_handshaking() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "TLS handshake"));
+        }
+        sock.set_timeouts(Some(left))?;
+        tls.complete_io(&mut sock)?;
+    }
+    sock.set_timeouts(None)?;
+    let state = tls
+        .process_new_packets()
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    let mut early = vec![0u8; state.plaintext_bytes_to_read()];
+    tls.reader().read_exact(&mut early)?;
+    Ok((Engine::Rustls(tls, sock), early))
+}
+
+/// A TLS session after its handshake, with the socket it writes to.
+#[derive(Debug)]
+enum Engine<C> {
+    /// x509 certificates.
+    Rustls(ServerConnection, C),
+    /// Pre-shared keys.
+    Openssl(psk::Session<C>),
+}
+
+impl<C: Conn> Engine<C> {
+    /// Decrypts `data` (bytes from the socket) onto `plain`, writing to the socket what the
+    /// session has to say back; true once the client closed.
+    fn feed(&mut self, mut data: &[u8], plain: &mut Vec<u8>) -> io::Result<bool> {
+        let (tls, out) = match self {
+            Self::Openssl(session) => return session.feed(data, plain),
+            Self::Rustls(tls, out) => (tls, out),
+        };
+        let mut closed = false;
+        while !data.is_empty() && !closed {
+            tls.read_tls(&mut data)?;
+            let state = tls.process_new_packets().map_err(|e| {
+                // Tell the client why before the session ends.
+                let _ = tls.write_tls(out);
+                io::Error::new(io::ErrorKind::InvalidData, e)
+            })?;
+            let start = plain.len();
+            plain.resize(start + state.plaintext_bytes_to_read(), 0);
+            tls.reader().read_exact(&mut plain[start..])?;
+            closed = state.peer_has_closed();
+        }
+        while tls.wants_write() {
+            tls.write_tls(out)?;
+        }
+        Ok(closed)
+    }
+
+    /// Encrypts `data` to the socket; empty: says close_notify.
+    fn send(&mut self, data: &[u8]) -> io::Result<()> {
+        match self {
+            Self::Openssl(session) if data.is_empty() => session.finish(),
+            Self::Openssl(session) => session.send(data)?,
+            Self::Rustls(tls, out) => {
+                if data.is_empty() {
+                    tls.send_close_notify();
+                } else {
+                    tls.writer().write_all(data)?;
+                }
+                while tls.wants_write() {
+                    tls.write_tls(out)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Shuts the socket down.
+    fn close(&self) {
+        match self {
+            Self::Rustls(_, out) => out.close(Shutdown::Both),
+            Self::Openssl(session) => session.close(),
+        }
+    }
+}
+
+type Shared<C> = Mutex<Engine<C>>;
 
 /// Client → server: decrypts what arrives on the socket into the plain side.
 fn pump_in<C: Conn>(shared: &Shared<C>, mut sock: C, far: &UnixStream) -> io::Result<()> {
@@ -120,28 +220,10 @@ fn pump_in<C: Conn>(shared: &Shared<C>, mut sock: C, far: &UnixStream) -> io::Re
         if n == 0 {
             return Ok(());
         }
-        let closed = {
-            let mut guard = shared.lock().unwrap_or_else(PoisonError::into_inner);
-            let (tls, out) = &mut *guard;
-            let mut data = &buf[..n];
-            let mut closed = false;
-            while !data.is_empty() && !closed {
-                tls.read_tls(&mut data)?;
-                let state = tls.process_new_packets().map_err(|e| {
-                    // Tell the client why before the session ends.
-                    let _ = tls.write_tls(out);
-                    io::Error::new(io::ErrorKind::InvalidData, e)
-                })?;
-                let start = plain.len();
-                plain.resize(start + state.plaintext_bytes_to_read(), 0);
-                tls.reader().read_exact(&mut plain[start..])?;
-                closed = state.peer_has_closed();
-            }
-            while tls.wants_write() {
-                tls.write_tls(out)?;
-            }
-            closed
-        };
+        let closed = shared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .feed(&buf[..n], &mut plain)?;
         (&*far).write_all(&plain)?;
         plain.clear();
         if closed {
@@ -155,16 +237,10 @@ fn pump_out<C: Conn>(shared: &Shared<C>, far: &UnixStream) -> io::Result<()> {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let n = (&*far).read(&mut buf)?;
-        let mut guard = shared.lock().unwrap_or_else(PoisonError::into_inner);
-        let (tls, out) = &mut *guard;
-        if n == 0 {
-            tls.send_close_notify();
-        } else {
-            tls.writer().write_all(&buf[..n])?;
-        }
-        while tls.wants_write() {
-            tls.write_tls(out)?;
-        }
+        shared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .send(&buf[..n])?;
         if n == 0 {
             return Ok(());
         }
