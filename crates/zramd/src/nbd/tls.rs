@@ -142,14 +142,14 @@ fn x509_handshake<C: Conn>(
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
     let mut early = vec![0u8; state.plaintext_bytes_to_read()];
     tls.reader().read_exact(&mut early)?;
-    Ok((Engine::Rustls(tls, sock), early))
+    Ok((Engine::Rustls(Box::new(tls), sock), early))
 }
 
 /// A TLS session after its handshake, with the socket it writes to.
 #[derive(Debug)]
 enum Engine<C> {
     /// x509 certificates.
-    Rustls(ServerConnection, C),
+    Rustls(Box<ServerConnection>, C),
     /// Pre-shared keys.
     Openssl(psk::Session<C>),
 }
