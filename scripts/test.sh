@@ -20,8 +20,9 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy --workspace --all-targets --locked --features zramd/tls-psk -- -D warnings
 echo "== cargo test"
-cargo test --workspace --locked --release -- --nocapture
+cargo test --workspace --locked --release --features zramd/tls-psk -- --nocapture
 echo "== shuttle model checks (zsmalloc locking protocol)"
 RUSTFLAGS="--cfg shuttle" CARGO_TARGET_DIR=target/shuttle \
   cargo test -p zsmalloc --locked --release --test shuttle_locking

@@ -187,3 +187,23 @@ fn tls_needs_certificates() {
         "a failed start leaves nothing"
     );
 }
+
+/// Without the `tls-psk` feature (OpenSSL), `--tls-psk` is refused at start with a message
+/// saying how to get it, never silently served in plain.
+#[cfg(not(feature = "tls-psk"))]
+#[test]
+fn pre_shared_keys_need_the_tls_psk_feature() {
+    let options = zramd::nbd::ServerConfig {
+        tls: TlsMode::Require,
+        tls_psk: Some(std::path::PathBuf::from("keys.psk")),
+        ..zramd::nbd::ServerConfig::default()
+    };
+    let err = options
+        .load_tls()
+        .expect_err("no pre-shared keys in this build");
+    assert!(
+        err.to_string().contains("--features zramd/tls-psk"),
+        "{err}"
+    );
+    println!("SKIPPED: the TLS-PSK client tests (nbd_tls_psk.rs) need `--features zramd/tls-psk`");
+}

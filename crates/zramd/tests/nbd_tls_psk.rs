@@ -4,6 +4,10 @@
 //! server goes on serving; bad PSK files and certificates with keys fail start-up.
 //!
 //! A test whose tool is missing says so on stderr and returns; it never passes silently.
+//! Pre-shared keys need the `tls-psk` feature (OpenSSL; `scripts/test.sh` enables it):
+//! without it, `nbd_tls.rs` checks that `--tls-psk` is refused with a clear error.
+
+#![cfg(feature = "tls-psk")]
 
 mod common {
     pub mod have;

@@ -25,6 +25,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::stream::Conn;
 
+#[cfg(feature = "tls-psk")]
 mod psk;
 
 /// The server's TLS setting.
@@ -39,6 +40,7 @@ pub struct Tls {
 #[derive(Debug, Clone)]
 enum Creds {
     X509(Arc<rustls::ServerConfig>),
+    #[cfg(feature = "tls-psk")]
     Psk(psk::Psk),
 }
 
@@ -46,11 +48,25 @@ impl Tls {
     /// Loads the `username:hexkey` lines of a `psktool` file (GnuTLS's format, as nbdkit's
     /// `--tls-psk` and qemu's `tls-creds-psk` read it); a malformed one is an error naming
     /// the line.
+    #[cfg(feature = "tls-psk")]
     pub fn load_psk(file: &Path, require: bool) -> io::Result<Self> {
         Ok(Self {
             creds: Creds::Psk(psk::Psk::load(file)?),
             require,
         })
+    }
+
+    /// Without the `tls-psk` feature: an error saying how to get it.
+    #[cfg(not(feature = "tls-psk"))]
+    pub fn load_psk(file: &Path, _require: bool) -> io::Result<Self> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!(
+                "--tls-psk {}: this zramd was built without pre-shared keys; build it with \
+                 `--features zramd/tls-psk` (needs OpenSSL's headers: libssl-dev, pkg-config)",
+                file.display()
+            ),
+        ))
     }
 
     /// Loads `server-cert.pem` (the chain, leaf first) and `server-key.pem` from `dir`.
@@ -89,6 +105,7 @@ impl Tls {
     pub(crate) fn start<C: Conn>(&self, conn: &C, deadline: Instant) -> io::Result<UnixStream> {
         let (engine, early) = match &self.creds {
             Creds::X509(config) => x509_handshake(config, conn, deadline)?,
+            #[cfg(feature = "tls-psk")]
             Creds::Psk(psk) => {
                 let (session, early) = psk.handshake(conn, deadline)?;
                 (Engine::Openssl(session), early)
@@ -151,6 +168,7 @@ enum Engine<C> {
     /// x509 certificates.
     Rustls(Box<ServerConnection>, C),
     /// Pre-shared keys.
+    #[cfg(feature = "tls-psk")]
     Openssl(psk::Session<C>),
 }
 
@@ -159,6 +177,7 @@ impl<C: Conn> Engine<C> {
     /// session has to say back; true once the client closed.
     fn feed(&mut self, mut data: &[u8], plain: &mut Vec<u8>) -> io::Result<bool> {
         let (tls, out) = match self {
+            #[cfg(feature = "tls-psk")]
             Self::Openssl(session) => return session.feed(data, plain),
             Self::Rustls(tls, out) => (tls, out),
         };
@@ -184,7 +203,9 @@ impl<C: Conn> Engine<C> {
     /// Encrypts `data` to the socket; empty: says close_notify.
     fn send(&mut self, data: &[u8]) -> io::Result<()> {
         match self {
+            #[cfg(feature = "tls-psk")]
             Self::Openssl(session) if data.is_empty() => session.finish(),
+            #[cfg(feature = "tls-psk")]
             Self::Openssl(session) => session.send(data)?,
             Self::Rustls(tls, out) => {
                 if data.is_empty() {
@@ -204,6 +225,7 @@ impl<C: Conn> Engine<C> {
     fn close(&self) {
         match self {
             Self::Rustls(_, out) => out.close(Shutdown::Both),
+            #[cfg(feature = "tls-psk")]
             Self::Openssl(session) => session.close(),
         }
     }
