@@ -145,6 +145,7 @@ impl Error {
             // EINVAL; a short read is EIO.
             Error::Backing(e) => e.raw_os_error().unwrap_or(match e.kind() {
                 std::io::ErrorKind::InvalidInput => libc::EINVAL,
+                std::io::ErrorKind::ResourceBusy => libc::EBUSY,
                 _ => libc::EIO,
             }),
             Error::NoBackingDev => libc::ENODEV,

@@ -194,6 +194,8 @@ pub(crate) struct Shared {
     day_start: Mutex<Option<Instant>>,
     wake: Condvar,
     stop: Mutex<bool>,
+    /// Held through a round: a manual round and the thread's take turns.
+    round: Mutex<()>,
 }
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
@@ -222,6 +224,7 @@ impl Shared {
 
     /// Runs one round now, whatever `enabled` says.
     pub(crate) fn round(&self, store: &Store) -> PolicyStats {
+        let _turn = self.round.lock();
         let p = self.policy();
         let mut words = Vec::new();
         let used = store.pool().total_pages() as u64 * PAGE_SIZE as u64;
@@ -358,7 +361,7 @@ fn run(store: &Weak<Store>, shared: &Shared) {
             if *stop {
                 return;
             }
-            let wait = if p.enabled { p.interval } else { 3600 };
+            let wait = if p.enabled { p.interval.max(1) } else { 3600 };
             shared.wake.wait_for(&mut stop, Duration::from_secs(wait));
             if *stop {
                 return;

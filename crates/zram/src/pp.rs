@@ -79,8 +79,10 @@ impl std::str::FromStr for IdleRequest {
         if t == "all" {
             return Ok(IdleRequest::All);
         }
-        t.parse::<u32>()
-            .map(IdleRequest::Age)
+        // Any u64, as the kernel's kstrtoull takes it; an age past the device clock's
+        // range marks nothing.
+        t.parse::<u64>()
+            .map(|age| IdleRequest::Age(u32::try_from(age).unwrap_or(u32::MAX)))
             .map_err(|_| Error::InvalidArgument(s.to_owned()))
     }
 }
@@ -132,7 +134,7 @@ impl std::str::FromStr for WritebackRequest {
                 }
                 "page_index" => {
                     let n = number(v).ok_or_else(bad)?;
-                    scans.push((mode, n, Some(n + 1)));
+                    scans.push((mode, n, Some(n.checked_add(1).ok_or_else(bad)?)));
                     typed_alone = None;
                 }
                 "page_indexes" => {
@@ -141,7 +143,7 @@ impl std::str::FromStr for WritebackRequest {
                     if lo > hi {
                         return Err(bad());
                     }
-                    scans.push((mode, lo, Some(hi + 1)));
+                    scans.push((mode, lo, Some(hi.checked_add(1).ok_or_else(bad)?)));
                     typed_alone = None;
                 }
                 _ => return Err(bad()),
@@ -277,6 +279,8 @@ mod tests {
             "type=all",
             "idle huge",
             "page_index=1 x=2",
+            "page_index=18446744073709551615",
+            "page_indexes=0-18446744073709551615",
         ] {
             let e = w(bad).unwrap_err();
             assert_eq!(e.errno(), libc::EINVAL, "{bad:?}");

@@ -40,7 +40,8 @@ impl Flags {
     pub const INCOMPRESSIBLE: Flags = Flags(1 << 4);
     /// Gathered for writeback, whose write to the file is in flight (the kernel's
     /// `ZRAM_PP_SLOT`). Anything that replaces or frees the slot's data clears it, so the
-    /// slot is switched to its written-back copy only if it still holds what was written.
+    /// slot is switched to its written-back copy only if it still holds what was written;
+    /// a read clears it too (the page is hot again).
     pub const PP: Flags = Flags(1 << 5);
 
     /// Are all flags of `other` set?

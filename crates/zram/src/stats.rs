@@ -228,19 +228,24 @@ impl WbLimit {
         self.pages.store(pages, Relaxed);
     }
 
-    /// Takes `pages` from the budget; false (nothing taken) when it has less.
-    pub(crate) fn take(&self, pages: u64) -> bool {
-        !self.enabled()
-            || self
-                .pages
-                .fetch_update(Relaxed, Relaxed, |left| left.checked_sub(pages))
-                .is_ok()
+    /// Takes `pages` from the budget: `None` (nothing taken) when the limit is on and has
+    /// less; else whether anything was taken (the limit was on).
+    pub(crate) fn take(&self, pages: u64) -> Option<bool> {
+        if !self.enabled() {
+            return Some(false);
+        }
+        self.pages
+            .fetch_update(Relaxed, Relaxed, |left| left.checked_sub(pages))
+            .ok()
+            .map(|_| true)
     }
 
-    /// Gives back budget taken for pages that were not written back after all.
-    pub(crate) fn refund(&self, pages: u64) {
-        if self.enabled() {
-            self.pages.fetch_add(pages, Relaxed);
+    /// Gives back budget `take` charged for pages that were not written back after all.
+    pub(crate) fn refund(&self, pages: u64, charged: bool) {
+        if charged {
+            let _ = self
+                .pages
+                .fetch_update(Relaxed, Relaxed, |left| Some(left.saturating_add(pages)));
         }
     }
 }

@@ -235,13 +235,16 @@ impl Store {
         Ok(())
     }
 
-    /// Records an access: the access time becomes now, the idle mark goes.
+    /// Records an access: the access time becomes now, the idle and writeback marks go.
     fn touch(&self, g: &mut SlotGuard<'_>) {
         let mut e = g.get();
         let now = self.now();
-        if e.is_allocated() && (e.ac_time != now || e.flags.contains(Flags::IDLE)) {
+        let marks = Flags::IDLE.with(Flags::PP);
+        if e.is_allocated() && (e.ac_time != now || e.flags.bits() & marks.bits() != 0) {
             e.ac_time = now;
-            e.flags = e.flags.without(Flags::IDLE);
+            // An access also calls off a writeback in flight (the kernel's
+            // `zram_accessed` clears `ZRAM_PP_SLOT`): the page is hot again.
+            e.flags = e.flags.without(marks);
             g.set(e);
         }
     }
@@ -498,7 +501,9 @@ impl Store {
 
     /// `mem_limit` in bytes (0 = none).
     pub(crate) fn mem_limit(&self) -> u64 {
-        self.limit_pages.load(Relaxed) * PAGE_SIZE as u64
+        self.limit_pages
+            .load(Relaxed)
+            .saturating_mul(PAGE_SIZE as u64)
     }
 
     /// Sets `mem_limit` in bytes (0 = none).
@@ -522,7 +527,7 @@ impl Store {
             orig_data_size: Counters::get(&c.pages_stored) * PAGE_SIZE as u64,
             compr_data_size: Counters::get(&c.compr_data_size),
             mem_used_total: used * PAGE_SIZE as u64,
-            mem_limit: self.limit_pages.load(Relaxed) * PAGE_SIZE as u64,
+            mem_limit: self.mem_limit(),
             mem_used_max: Counters::get(&c.max_used_pages).max(used) * PAGE_SIZE as u64,
             same_pages: Counters::get(&c.same_pages),
             pages_compacted: self.pool.pages_compacted() - self.pages_compacted_base.load(Relaxed),

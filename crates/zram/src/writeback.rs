@@ -38,10 +38,30 @@ pub struct WritebackReport {
     pub bytes: u64,
 }
 
+/// Bytes of streams gathered before a batch is written, whatever `writeback_batch_size`
+/// says (a pass must not hold much memory while it is there to free some).
+const MAX_BATCH_BYTES: usize = 8 << 20;
+
 /// One slot gathered into a batch.
 struct Gathered {
     index: usize,
     range: std::ops::Range<usize>,
+    /// Its pages were taken from `writeback_limit`.
+    charged: bool,
+}
+
+/// Takes the `PP` marks off the batch's slots and gives their budget back.
+fn unmark(store: &Store, batch: &mut Vec<Gathered>) {
+    for item in batch.drain(..) {
+        let mut g = store.lock(item.index);
+        if g.get().flags.contains(Flags::PP) {
+            post::set_flag(&mut g, Flags::PP, false);
+        }
+        drop(g);
+        store
+            .wb_limit()
+            .refund(store.pages(item.index), item.charged);
+    }
 }
 
 /// Runs a writeback pass.
@@ -68,11 +88,16 @@ pub(crate) fn writeback(store: &Store, req: &WritebackRequest) -> Result<Writeba
             if !still || e.flags.contains(Flags::PP) {
                 continue;
             }
-            if !store.wb_limit().take(pages) {
+            let Some(charged) = store.wb_limit().take(pages) else {
                 limited = true;
                 break;
+            };
+            if let Err(err) = post::stream_of(store, &g, &mut stream) {
+                drop(g);
+                store.wb_limit().refund(pages, charged);
+                unmark(store, &mut batch);
+                return Err(err);
             }
-            post::stream_of(store, &g, &mut stream)?;
             post::set_flag(&mut g, Flags::PP, true);
             taken += pages;
             let start = buf.len();
@@ -80,9 +105,10 @@ pub(crate) fn writeback(store: &Store, req: &WritebackRequest) -> Result<Writeba
             batch.push(Gathered {
                 index,
                 range: start..buf.len(),
+                charged,
             });
         }
-        if batch.len() >= batch_size {
+        if batch.len() >= batch_size || buf.len() >= MAX_BATCH_BYTES {
             flush(store, &*backing, req, &mut buf, &mut batch, &mut report)?;
         }
     }
@@ -111,13 +137,7 @@ fn flush(
         Ok(offsets) => offsets,
         Err(err) => {
             Counters::add(&store.counters().wb_failed, 1);
-            for item in batch.drain(..) {
-                let mut g = store.lock(item.index);
-                if g.get().flags.contains(Flags::PP) {
-                    post::set_flag(&mut g, Flags::PP, false);
-                }
-                store.wb_limit().refund(store.pages(item.index));
-            }
+            unmark(store, batch);
             buf.clear();
             return Err(Error::Backing(err));
         }
@@ -139,7 +159,7 @@ fn flush(
         } else {
             drop(g);
             backing.free(offset, len);
-            store.wb_limit().refund(pages);
+            store.wb_limit().refund(pages, item.charged);
         }
     }
     buf.clear();

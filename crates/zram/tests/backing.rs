@@ -592,3 +592,21 @@ fn reads_race_appends_and_frees_without_stale_bytes() {
         .sum();
     assert_eq!(s.live_bytes, held);
 }
+
+#[test]
+fn a_file_backs_one_store_at_a_time() {
+    let dir = tempdir();
+    let path = empty_file(dir.path(), "backing");
+    let first = FileBacking::open(&path, FileOptions::default()).expect("open");
+    let err = FileBacking::open(&path, FileOptions::default()).expect_err("second store");
+    assert_eq!(err.kind(), ErrorKind::ResourceBusy, "{err}");
+    // The device reports it as the kernel does a claimed backing device.
+    let device = zram::Zram::new(zram::ZramConfig {
+        disksize: 1 << 20,
+        backing_dev: Some(path.clone()),
+        ..zram::ZramConfig::default()
+    });
+    assert_eq!(device.expect_err("claimed").errno(), libc::EBUSY);
+    drop(first);
+    FileBacking::open(&path, FileOptions::default()).expect("free again once the first is gone");
+}

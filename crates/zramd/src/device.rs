@@ -254,8 +254,12 @@ impl Device {
         if self.openers() > 0 {
             return Err(DeviceError::Busy);
         }
-        *zram = None;
+        let old = zram.take();
         self.settings.lock().mem_limit = zram::Size(0);
+        drop(zram);
+        // Freeing the data (and waiting out a policy round, or a pass that still holds the
+        // device) happens outside the lock, so other clients are not held up by it.
+        drop(old);
         Ok(())
     }
 

@@ -136,6 +136,20 @@ impl FileBacking {
         options.check()?;
         let kind = kind_of(&std::fs::metadata(path)?.file_type(), path)?;
         let mut file = OpenOptions::new().read(true).write(true).open(path)?;
+        // One store per file: a second device (or a device re-made while a pass of the old
+        // one still runs) would overwrite and punch the first one's objects.
+        if let Err(e) =
+            rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive)
+        {
+            return Err(if e == rustix::io::Errno::WOULDBLOCK {
+                io::Error::new(
+                    io::ErrorKind::ResourceBusy,
+                    format!("{} is the backing file of another device", path.display()),
+                )
+            } else {
+                e.into()
+            });
+        }
         // The path may have been replaced between the look and the open.
         if kind_of(&file.metadata()?.file_type(), path)? != kind {
             return Err(io::Error::new(
