@@ -6,6 +6,7 @@
 /// Shared test helpers (`tests/common/`): each test includes the files it uses.
 mod common {
     pub mod have;
+    pub mod prose;
     #[expect(
         dead_code,
         reason = "only the server's own CLI runs here, through Served"
@@ -18,6 +19,7 @@ mod common {
     pub mod served;
 }
 
+use common::prose::prose;
 use std::io::Read as _;
 use std::os::unix::fs::{FileExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
@@ -58,39 +60,6 @@ fn fuse_dirs(test: &str) -> Option<(tempfile::TempDir, PathBuf, Detach)> {
     std::fs::create_dir_all(&mnt).unwrap();
     let mnt = mnt.canonicalize().unwrap();
     Some((tmp, mnt.clone(), Detach(mnt)))
-}
-
-/// A page of text from a small vocabulary in a pseudo-random order (zstd packs it tighter
-/// than lz4).
-fn prose(seed: u64) -> Vec<u8> {
-    const WORDS: [&str; 16] = [
-        "zram ",
-        "keeps ",
-        "pages ",
-        "compressed ",
-        "in ",
-        "memory ",
-        "and ",
-        "writes ",
-        "cold ",
-        "ones ",
-        "back ",
-        "to ",
-        "a ",
-        "file ",
-        "when ",
-        "asked ",
-    ];
-    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
-    let mut page = Vec::with_capacity(4096);
-    while page.len() < 4096 {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        page.extend_from_slice(WORDS[(x >> 60) as usize].as_bytes());
-    }
-    page.truncate(4096);
-    page
 }
 
 fn compr_data_size(dev: &Path) -> u64 {

@@ -4,45 +4,17 @@
 //! texts, their errnos, and recompression end to end. Writeback to a real file is in
 //! `writeback_front.rs`.
 
+mod common {
+    pub mod prose;
+}
+
+use common::prose::prose;
 use zram::ZramConfig;
 use zramd::device::Device;
 use zramd::sysfs::{read, write};
 
 fn device() -> Device {
     Device::new("zram0", ZramConfig::default())
-}
-
-/// A page of text from a small vocabulary in a pseudo-random order: lz4 packs it less
-/// tightly than zstd at a high level.
-fn prose(seed: u64) -> Vec<u8> {
-    const WORDS: [&str; 16] = [
-        "zram ",
-        "keeps ",
-        "pages ",
-        "compressed ",
-        "in ",
-        "memory ",
-        "and ",
-        "writes ",
-        "cold ",
-        "ones ",
-        "back ",
-        "to ",
-        "a ",
-        "file ",
-        "when ",
-        "asked ",
-    ];
-    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
-    let mut page = Vec::with_capacity(4096);
-    while page.len() < 4096 {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        page.extend_from_slice(WORDS[(x >> 60) as usize].as_bytes());
-    }
-    page.truncate(4096);
-    page
 }
 
 fn mm_field(d: &Device, i: usize) -> u64 {

@@ -7,8 +7,10 @@
 /// Shared test helpers (`tests/common/`): each test includes the files it uses.
 mod common {
     pub mod have;
+    pub mod prose;
 }
 
+use common::prose::prose;
 use std::io::Read as _;
 use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
@@ -37,38 +39,6 @@ impl Drop for Detach {
             let _ = Command::new("umount").arg("-l").arg(&self.0).status();
         }
     }
-}
-
-/// A page of text from a small vocabulary in a pseudo-random order.
-fn prose(seed: u64) -> Vec<u8> {
-    const WORDS: [&str; 16] = [
-        "zram ",
-        "keeps ",
-        "pages ",
-        "compressed ",
-        "in ",
-        "memory ",
-        "and ",
-        "writes ",
-        "cold ",
-        "ones ",
-        "back ",
-        "to ",
-        "a ",
-        "file ",
-        "when ",
-        "asked ",
-    ];
-    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
-    let mut page = Vec::with_capacity(4096);
-    while page.len() < 4096 {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        page.extend_from_slice(WORDS[(x >> 60) as usize].as_bytes());
-    }
-    page.truncate(4096);
-    page
 }
 
 fn bd_stat(dev: &Path) -> [u64; 3] {
