@@ -135,38 +135,6 @@ impl PostCounters {
     }
 }
 
-/// The backing store's figures.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BackingFigures {
-    /// Bytes of objects the file holds for slots.
-    pub live_bytes: u64,
-    /// Bytes of file in use.
-    pub file_bytes: u64,
-    /// Bytes written.
-    pub bytes_written: u64,
-    /// Bytes read from the file.
-    pub bytes_read: u64,
-    /// Reads.
-    pub reads: u64,
-    /// Reads served from the read-back cache.
-    pub cache_hits: u64,
-    /// Failed reads.
-    pub read_errors: u64,
-    /// Failed appends.
-    pub write_errors: u64,
-}
-
-impl From<zram::backing::BackingStats> for BackingFigures {
-    fn from(s: zram::backing::BackingStats) -> Self {
-        Self {
-            live_bytes: s.live_bytes,
-            file_bytes: s.file_bytes,
-            bytes_written: s.bytes_written,
-            bytes_read: s.bytes_read,
-            reads: s.reads,
-            cache_hits: s.cache_hits,
-            read_errors: s.read_errors,
-            write_errors: s.write_errors,
-        }
-    }
-}
+/// The backing store's figures, as the library counts them (bytes in the file, live
+/// bytes, reads, cache hits, errors, segments punched).
+pub use zram::backing::BackingStats as BackingFigures;

@@ -152,10 +152,7 @@ impl Registry {
                         .backing_dev
                         .as_ref()
                         .map(|p| p.display().to_string()),
-                    backing: zram
-                        .as_ref()
-                        .and_then(|z| z.backing_stats())
-                        .map(BackingFigures::from),
+                    backing: zram.as_ref().and_then(|z| z.backing_stats()),
                     post: zram.as_deref().map(PostCounters::of).unwrap_or_default(),
                     policy: PolicyFigures::new(
                         &e.device.policy(),

@@ -59,7 +59,8 @@ pub trait Backing: Send + Sync + std::fmt::Debug {
 }
 
 /// A backing store's figures. Each is counted where its event happens.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct BackingStats {
     /// Sum of the lengths of the objects stored (appended and not freed).
     pub live_bytes: u64,
