@@ -343,7 +343,15 @@ pub fn call(path: &Path, request: &Request) -> anyhow::Result<Response> {
             path.display()
         )
     })?;
-    stream.set_read_timeout(Some(Duration::from_secs(60)))?;
+    // A pass over a whole device (writeback, recompression, a policy round, compaction)
+    // answers when it is done, which on a large device can take minutes: wait for it.
+    // Everything else answers at once.
+    let long = match request {
+        Request::Writeback { .. } | Request::Recompress { .. } | Request::Compact { .. } => true,
+        Request::Policy { words, .. } => words.split_whitespace().any(|w| w == "run"),
+        _ => false,
+    };
+    stream.set_read_timeout((!long).then_some(Duration::from_secs(60)))?;
     let mut out = serde_json::to_vec(request)?;
     out.push(b'\n');
     (&stream).write_all(&out)?;
