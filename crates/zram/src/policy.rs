@@ -162,7 +162,8 @@ impl std::fmt::Display for Policy {
 }
 
 /// What the policy has done since the device started.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct PolicyStats {
     /// Rounds run.
     pub rounds: u64,

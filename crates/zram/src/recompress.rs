@@ -26,7 +26,7 @@ use crate::stats::Counters;
 use crate::store::Store;
 
 /// What a recompression pass did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RecompressReport {
     /// Slots tried.
     pub attempts: u64,

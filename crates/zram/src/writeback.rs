@@ -10,8 +10,8 @@
 //!   is locked, checked, marked `PP` and its stream copied into the batch; the batch is
 //!   appended to the file in one write, synced and dropped from the page cache.
 //! - Only then is each slot switched to its file copy, and only if it still carries `PP`
-//!   (any write, discard or free in between clears it) and still qualifies (a read in
-//!   between clears `IDLE`): otherwise its file copy is freed. No slot ever points at a
+//!   (any write, discard, free or read in between clears it, as the kernel's
+//!   `zram_accessed` clears `ZRAM_PP_SLOT`): otherwise its file copy is freed. No slot ever points at a
 //!   copy that is not on the file, and no slot loses data when the file fails.
 //! - A failed append (ENOSPC, EIO) stops the pass with that error, counted in `wb_failed`;
 //!   the batch's slots stay in memory.
@@ -28,7 +28,7 @@ use crate::stats::Counters;
 use crate::store::Store;
 
 /// What a writeback pass did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct WritebackReport {
     /// Slots now in the backing file.
     pub slots: u64,
@@ -84,8 +84,7 @@ pub(crate) fn writeback(store: &Store, req: &WritebackRequest) -> Result<Writeba
         {
             let mut g = store.lock(index);
             let e = g.get();
-            let still = req.scans.iter().any(|s| s.0.admits(&e));
-            if !still || e.flags.contains(Flags::PP) {
+            if !req.scans.iter().any(|s| s.0.admits(&e)) {
                 continue;
             }
             let Some(charged) = store.wb_limit().take(pages) else {
@@ -109,10 +108,10 @@ pub(crate) fn writeback(store: &Store, req: &WritebackRequest) -> Result<Writeba
             });
         }
         if batch.len() >= batch_size || buf.len() >= MAX_BATCH_BYTES {
-            flush(store, &*backing, req, &mut buf, &mut batch, &mut report)?;
+            flush(store, &*backing, &mut buf, &mut batch, &mut report)?;
         }
     }
-    flush(store, &*backing, req, &mut buf, &mut batch, &mut report)?;
+    flush(store, &*backing, &mut buf, &mut batch, &mut report)?;
     if limited {
         return Err(Error::WritebackLimit);
     }
@@ -123,7 +122,6 @@ pub(crate) fn writeback(store: &Store, req: &WritebackRequest) -> Result<Writeba
 fn flush(
     store: &Store,
     backing: &dyn crate::backing::Backing,
-    req: &WritebackRequest,
     buf: &mut Vec<u8>,
     batch: &mut Vec<Gathered>,
     report: &mut WritebackReport,
@@ -146,12 +144,9 @@ fn flush(
         let len = item.range.len();
         let pages = store.pages(item.index);
         let mut g = store.lock(item.index);
-        let e = g.get();
-        let unchanged = e.flags.contains(Flags::PP) && e.len == len;
-        if unchanged {
-            post::set_flag(&mut g, Flags::PP, false);
-        }
-        if unchanged && req.scans.iter().any(|s| s.0.admits(&g.get())) {
+        // `PP` still set: nothing wrote, freed or read the slot since it was gathered (each
+        // clears it), so it holds what went to the file and still qualifies.
+        if g.get().flags.contains(Flags::PP) {
             post::switch_to_backing(store, &mut g, offset);
             report.slots += 1;
             report.pages += pages;

@@ -6,6 +6,9 @@
 //! everything before it, a file truncated behind the store's back reads as an error, and only
 //! existing regular files (or block devices) are accepted.
 
+#[path = "common/tmpfs.rs"]
+mod tmpfs;
+
 use std::collections::HashMap;
 use std::io::ErrorKind;
 use std::os::unix::fs::MetadataExt;
@@ -311,35 +314,16 @@ fn appended_and_read_data_leaves_the_page_cache() {
     );
 }
 
-/// A tmpfs mounted for a test, unmounted when dropped.
-struct Mount(PathBuf);
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let status = Command::new("umount").arg(&self.0).status();
-        if !status.is_ok_and(|s| s.success()) {
-            eprintln!("could not unmount {}", self.0.display());
-        }
-    }
-}
-
 #[test]
 fn a_full_filesystem_refuses_whole_appends_and_keeps_the_rest() {
-    if !rustix::process::geteuid().is_root() {
-        println!("SKIPPED: mounting a small tmpfs needs root");
-        return;
-    }
     let dir = tempdir();
-    let ok = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=2M", "tmpfs"])
-        .arg(dir.path())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        println!("SKIPPED: could not mount a tmpfs");
-        return;
-    }
-    let mount = Mount(dir.path().to_owned());
+    let mount = match tmpfs::mount_tmpfs(dir.path(), "2M") {
+        Ok(m) => m,
+        Err(why) => {
+            println!("SKIPPED: {why}");
+            return;
+        }
+    };
     let path = empty_file(&mount.0, "backing");
     let b = FileBacking::open(&path, small_segments(true)).expect("open");
     let mut rng = SmallRng::seed_from_u64(5);

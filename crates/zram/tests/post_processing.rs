@@ -3,6 +3,8 @@
 //! store that can be made to fail or to stall.
 
 mod common;
+#[path = "common/text.rs"]
+mod text;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
@@ -19,25 +21,17 @@ const PAGES: usize = 64;
 
 /// Text that lz4 packs to about half and zstd much further.
 fn text(page: usize) -> Vec<u8> {
-    let words = [
-        "idle ",
-        "writeback ",
-        "zspage ",
-        "slot ",
-        "handle\n",
-        "class ",
-    ];
-    let mut out = Vec::new();
-    let mut s = page as u64 * 7919 + 1;
-    while out.len() < PAGE_SIZE {
-        s = s
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        out.extend_from_slice(words[(s >> 33) as usize % words.len()].as_bytes());
-        out.push((s >> 40) as u8 % 16 + b'a');
-    }
-    out.truncate(PAGE_SIZE);
-    out
+    text::text_page(
+        page,
+        &[
+            "idle ",
+            "writeback ",
+            "zspage ",
+            "slot ",
+            "handle\n",
+            "class ",
+        ],
+    )
 }
 
 fn config() -> ZramConfig {

@@ -11,6 +11,10 @@
 //! print `SKIPPED: <reason>` and return when they cannot have them.
 
 mod common;
+#[path = "common/text.rs"]
+mod text;
+#[path = "common/tmpfs.rs"]
+mod tmpfs;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -32,25 +36,17 @@ fn tempdir() -> tempfile::TempDir {
 
 /// Text that lz4 packs to about half.
 fn text(page: usize) -> Vec<u8> {
-    let words = [
-        "idle ",
-        "writeback ",
-        "segment ",
-        "slot ",
-        "punch\n",
-        "errno ",
-    ];
-    let mut out = Vec::new();
-    let mut s = page as u64 * 7919 + 1;
-    while out.len() < PAGE_SIZE {
-        s = s
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        out.extend_from_slice(words[(s >> 33) as usize % words.len()].as_bytes());
-        out.push((s >> 40) as u8 % 16 + b'a');
-    }
-    out.truncate(PAGE_SIZE);
-    out
+    text::text_page(
+        page,
+        &[
+            "idle ",
+            "writeback ",
+            "segment ",
+            "slot ",
+            "punch\n",
+            "errno ",
+        ],
+    )
 }
 
 /// Page `p` of the test data: same-filled every 8th, else text on even pages and random
@@ -177,36 +173,17 @@ fn wait_for(secs: u64, mut done: impl FnMut() -> bool) -> bool {
     done()
 }
 
-/// A filesystem mounted for a test, unmounted when dropped.
-struct Mount(PathBuf);
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let status = Command::new("umount").arg(&self.0).status();
-        if !status.is_ok_and(|s| s.success()) {
-            eprintln!("could not unmount {}", self.0.display());
-        }
-    }
-}
-
 #[test]
 fn a_full_filesystem_stops_writeback_with_enospc_and_loses_nothing() {
-    if !rustix::process::geteuid().is_root() {
-        println!("SKIPPED: mounting a small tmpfs needs root");
-        return;
-    }
     let dir = tempdir();
     // Four of the store's 1 MiB segments: two can be emptied and punched while others live.
-    let ok = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=4M", "tmpfs"])
-        .arg(dir.path())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        println!("SKIPPED: could not mount a tmpfs");
-        return;
-    }
-    let mount = Mount(dir.path().to_owned());
+    let mount = match tmpfs::mount_tmpfs(dir.path(), "4M") {
+        Ok(m) => m,
+        Err(why) => {
+            println!("SKIPPED: {why}");
+            return;
+        }
+    };
     let path = mount.0.join("backing");
     File::create(&path).expect("create");
     // 3072 pages: about 5 MiB of raw pages and 2.5 MiB of compressed text to write back.

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::device::{Device, DeviceError};
 use crate::endpoint::{self, Endpoint, REQUEST_DEADLINE, Unanswered};
-use crate::figures::{PolicyFigures, RecompressFigures, WritebackFigures};
+use crate::figures::PolicyFigures;
 use crate::listen::Listener;
 use crate::registry::{DeviceStat, Registry};
 
@@ -110,10 +110,10 @@ pub struct Response {
     pub idle_marked: Option<u64>,
     /// What the pass did (`writeback`).
     #[serde(default)]
-    pub written_back: Option<WritebackFigures>,
+    pub written_back: Option<zram::WritebackReport>,
     /// What the pass did (`recompress`).
     #[serde(default)]
-    pub recompressed: Option<RecompressFigures>,
+    pub recompressed: Option<zram::RecompressReport>,
     /// The policy and its figures, after the change or round asked for (`policy`).
     #[serde(default)]
     pub policy: Option<PolicyFigures>,
@@ -238,11 +238,11 @@ fn post_process(d: &Device, request: &Request) -> Result<Response, DeviceError> 
             ..Response::ok()
         },
         Request::Writeback { args, .. } => Response {
-            written_back: Some(zram()?.writeback(&args.parse()?)?.into()),
+            written_back: Some(zram()?.writeback(&args.parse()?)?),
             ..Response::ok()
         },
         Request::Recompress { args, .. } => Response {
-            recompressed: Some(zram()?.recompress(&args.parse()?)?.into()),
+            recompressed: Some(zram()?.recompress(&args.parse()?)?),
             ..Response::ok()
         },
         Request::Policy { words, .. } => {

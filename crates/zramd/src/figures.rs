@@ -1,76 +1,20 @@
 //! The post-processing figures as the control socket sends them and `zramd stat` and the
-//! metrics show them: serializable copies of the library's reports and counters.
+//! metrics show them, where the library's own types do not serve: a policy with its words,
+//! the counters read out of their atomics. (Pass reports and backing figures are the
+//! library's, serialized as they are.)
 
 use serde::{Deserialize, Serialize};
 use zram::stats::Counters;
-use zram::{PolicyStats, RecompressReport, WritebackReport, Zram};
-
-/// What one writeback pass did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WritebackFigures {
-    /// Slots now in the backing file.
-    pub slots: u64,
-    /// Their pages.
-    pub pages: u64,
-    /// Bytes written to the file for them.
-    pub bytes: u64,
-}
-
-impl From<WritebackReport> for WritebackFigures {
-    fn from(r: WritebackReport) -> Self {
-        Self {
-            slots: r.slots,
-            pages: r.pages,
-            bytes: r.bytes,
-        }
-    }
-}
-
-/// What one recompression pass did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RecompressFigures {
-    /// Slots tried.
-    pub attempts: u64,
-    /// Slots re-encoded into a smaller class.
-    pub recompressed: u64,
-    /// Slots marked incompressible.
-    pub incompressible: u64,
-    /// Stream bytes saved.
-    pub saved_bytes: u64,
-}
-
-impl From<RecompressReport> for RecompressFigures {
-    fn from(r: RecompressReport) -> Self {
-        Self {
-            attempts: r.attempts,
-            recompressed: r.recompressed,
-            incompressible: r.incompressible,
-            saved_bytes: r.saved_bytes,
-        }
-    }
-}
+use zram::{PolicyStats, Zram};
 
 /// A device's policy, in its words, and what it has done.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PolicyFigures {
     /// The policy as `key=value` words (the `policy` attribute's text).
     pub policy: String,
-    /// Rounds run.
-    pub rounds: u64,
-    /// Slots recompressed.
-    pub recompressed: u64,
-    /// Stream bytes recompression saved.
-    pub recompress_saved_bytes: u64,
-    /// Pages written back.
-    pub written_back_pages: u64,
-    /// Bytes written to the backing file.
-    pub written_back_bytes: u64,
-    /// Steps that failed.
-    pub errors: u64,
-    /// Pages written back today.
-    pub day_pages: u64,
-    /// What the last round did, in words.
-    pub last_round: String,
+    /// What it has done.
+    #[serde(flatten)]
+    pub stats: PolicyStats,
 }
 
 impl PolicyFigures {
@@ -78,14 +22,7 @@ impl PolicyFigures {
     pub fn new(policy: &zram::Policy, stats: &PolicyStats) -> Self {
         Self {
             policy: policy.to_string(),
-            rounds: stats.rounds,
-            recompressed: stats.recompressed,
-            recompress_saved_bytes: stats.recompress_saved_bytes,
-            written_back_pages: stats.written_back_pages,
-            written_back_bytes: stats.written_back_bytes,
-            errors: stats.errors,
-            day_pages: stats.day_pages,
-            last_round: stats.last_round.clone(),
+            stats: stats.clone(),
         }
     }
 }

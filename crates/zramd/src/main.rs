@@ -311,13 +311,19 @@ fn post_lines(d: &zramd::registry::DeviceStat) {
     let pol = &d.policy;
     println!(
         "{}: policy {}; {} rounds, {} recompressed, {} pages written back, {} errors",
-        d.name, pol.policy, pol.rounds, pol.recompressed, pol.written_back_pages, pol.errors
+        d.name,
+        pol.policy,
+        pol.stats.rounds,
+        pol.stats.recompressed,
+        pol.stats.written_back_pages,
+        pol.stats.errors
     );
 }
 
 /// What `zramd policy` prints: the policy, its figures and its last round.
-fn print_policy(p: &zramd::figures::PolicyFigures) {
-    println!("policy: {}", p.policy);
+fn print_policy(figures: &zramd::figures::PolicyFigures) {
+    println!("policy: {}", figures.policy);
+    let p = &figures.stats;
     println!(
         "rounds {}  recompressed {} ({} bytes saved)  written back {} pages ({} bytes, {} today)  errors {}",
         p.rounds,

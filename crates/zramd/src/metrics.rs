@@ -122,25 +122,25 @@ const POST_FIGURES: [Figure; 17] = [
         |d| d.post.recomp_saved_bytes,
     ),
     ("policy_rounds_total", "counter", "Policy rounds run", |d| {
-        d.policy.rounds
+        d.policy.stats.rounds
     }),
     (
         "policy_recompressed_total",
         "counter",
         "Slots the policy recompressed",
-        |d| d.policy.recompressed,
+        |d| d.policy.stats.recompressed,
     ),
     (
         "policy_written_back_pages_total",
         "counter",
         "Pages the policy wrote back",
-        |d| d.policy.written_back_pages,
+        |d| d.policy.stats.written_back_pages,
     ),
     (
         "policy_errors_total",
         "counter",
         "Policy steps that failed",
-        |d| d.policy.errors,
+        |d| d.policy.stats.errors,
     ),
     (
         "backing_file_bytes",

@@ -6,6 +6,7 @@
 /// Shared test helpers (`tests/common/`): each test includes the files it uses.
 mod common {
     pub mod have;
+    pub mod mnt;
     pub mod prose;
     #[expect(
         dead_code,
@@ -22,45 +23,12 @@ mod common {
 use common::prose::prose;
 use std::io::Read as _;
 use std::os::unix::fs::{FileExt as _, PermissionsExt as _};
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
-use common::have::have;
+use common::mnt::{errno_of, fuse_dirs};
 use common::served::Served;
 use zram::ZramConfig;
 use zramd::serve::{DeviceSpec, ServeOptions, Server};
-
-fn errno_of<T>(r: std::io::Result<T>) -> Option<i32> {
-    r.err().and_then(|e| e.raw_os_error())
-}
-
-/// Lazily detaches whatever is still mounted on the directory when dropped, so that a
-/// failing test leaves no mount behind.
-struct Detach(PathBuf);
-
-impl Drop for Detach {
-    fn drop(&mut self) {
-        let mounted = std::fs::read_to_string("/proc/self/mountinfo")
-            .unwrap_or_default()
-            .lines()
-            .any(|l| Some(l.split(' ').nth(4)) == Some(self.0.to_str()));
-        if mounted {
-            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-        }
-    }
-}
-
-/// A temporary directory and `mnt` in it (links resolved), if FUSE can be used here.
-fn fuse_dirs(test: &str) -> Option<(tempfile::TempDir, PathBuf, Detach)> {
-    if !have(test, "fuse") {
-        return None;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let mnt = tmp.path().join("mnt");
-    std::fs::create_dir_all(&mnt).unwrap();
-    let mnt = mnt.canonicalize().unwrap();
-    Some((tmp, mnt.clone(), Detach(mnt)))
-}
 
 fn compr_data_size(dev: &Path) -> u64 {
     let mm = std::fs::read_to_string(dev.join("mm_stat")).unwrap();

@@ -7,39 +7,20 @@
 /// Shared test helpers (`tests/common/`): each test includes the files it uses.
 mod common {
     pub mod have;
+    pub mod mnt;
     pub mod prose;
 }
 
 use common::prose::prose;
 use std::io::Read as _;
 use std::os::unix::fs::FileExt as _;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
-use common::have::have;
+use common::mnt::{errno_of, fuse_dirs};
 use zram::ZramConfig;
 use zramd::control::{self, Request};
 use zramd::device::Device;
 use zramd::serve::{DeviceSpec, ServeOptions, Server};
-
-fn errno_of<T>(r: std::io::Result<T>) -> Option<i32> {
-    r.err().and_then(|e| e.raw_os_error())
-}
-
-/// Lazily detaches whatever is still mounted on the directory when dropped.
-struct Detach(PathBuf);
-
-impl Drop for Detach {
-    fn drop(&mut self) {
-        let mounted = std::fs::read_to_string("/proc/self/mountinfo")
-            .unwrap_or_default()
-            .lines()
-            .any(|l| Some(l.split(' ').nth(4)) == Some(self.0.to_str()));
-        if mounted {
-            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-        }
-    }
-}
 
 fn bd_stat(dev: &Path) -> [u64; 3] {
     let text = std::fs::read_to_string(dev.join("bd_stat")).unwrap();
@@ -72,14 +53,9 @@ fn start(dir: &Path, mnt: &Path, backing: &Path) -> Server {
 
 #[test]
 fn writeback_through_the_tree_reads_back_whole() {
-    if !have("writeback_through_the_tree_reads_back_whole", "fuse") {
+    let Some((tmp, mnt, _detach)) = fuse_dirs("writeback_through_the_tree_reads_back_whole") else {
         return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let mnt = tmp.path().join("mnt");
-    std::fs::create_dir_all(&mnt).unwrap();
-    let mnt = mnt.canonicalize().unwrap();
-    let _detach = Detach(mnt.clone());
+    };
     let backing = tmp.path().join("backing");
     std::fs::write(&backing, b"old contents are discarded").unwrap();
     let server = start(tmp.path(), &mnt, &backing);
@@ -178,7 +154,7 @@ fn writeback_through_the_tree_reads_back_whole() {
         },
     );
     assert!(r.ok, "{r:?}");
-    let policy = r.policy.unwrap();
+    let policy = r.policy.unwrap().stats;
     assert_eq!(
         (policy.rounds, policy.written_back_pages),
         (1, 4),
