@@ -6,6 +6,7 @@
 
 mod common {
     pub mod have;
+    pub mod image;
     pub mod run;
 }
 
@@ -14,6 +15,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::have::have;
+use common::image::real_image;
 use common::run::{run, run_ok};
 use zramd::nbd::TlsMode;
 use zramd::serve::{DeviceSpec, ServeOptions, Server};
@@ -127,13 +129,7 @@ fn qemu_img_and_nbdinfo_over_tls_and_plain_refused_under_require() {
 
     // qemu-img writes real data over TLS; nbdcopy reads it back over TLS.
     let img = dir.path().join("img");
-    let data: Vec<u8> = std::fs::read(std::env::current_exe().unwrap())
-        .unwrap()
-        .into_iter()
-        .cycle()
-        .take(12 << 20)
-        .collect();
-    std::fs::write(&img, &data).unwrap();
+    let data = real_image(&img, 12 << 20);
     let creds = format!("tls-creds-x509,id=tls0,endpoint=client,dir={dirs}");
     let target = format!("driver=nbd,host=127.0.0.1,port={port},export=zram0,tls-creds=tls0");
     run_ok(

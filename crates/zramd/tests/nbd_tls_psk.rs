@@ -11,6 +11,7 @@
 
 mod common {
     pub mod have;
+    pub mod image;
     pub mod run;
 }
 
@@ -19,6 +20,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::have::have;
+use common::image::real_image;
 use common::run::{run, run_ok};
 use zramd::nbd::TlsMode;
 use zramd::serve::{DeviceSpec, ServeOptions, Server};
@@ -82,13 +84,7 @@ fn nbdinfo_nbdcopy_and_qemu_img_over_tls_psk() {
 
     // nbdcopy writes real data over TLS-PSK and reads it back.
     let img = dir.path().join("img");
-    let data: Vec<u8> = std::fs::read(std::env::current_exe().unwrap())
-        .unwrap()
-        .into_iter()
-        .cycle()
-        .take(12 << 20)
-        .collect();
-    std::fs::write(&img, &data).unwrap();
+    let data = real_image(&img, 12 << 20);
     run_ok(
         Command::new("nbdcopy")
             .arg(&img)
