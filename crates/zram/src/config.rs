@@ -136,6 +136,11 @@ pub struct ZramConfig {
     /// extent into a small read-back cache (beyond the kernel).
     #[cfg_attr(feature = "clap", arg(long, default_value_t = true, action = clap::ArgAction::Set))]
     pub readback_readahead: bool,
+    /// Inline deduplication (beyond the kernel and seed 004; off by default): a write whose
+    /// compressed bytes equal those of an object already stored shares that object instead
+    /// of storing them again.
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub dedup: bool,
     /// Automatic recompression and writeback (beyond the kernel; off by default): a
     /// `[device.policy]` table in config files, the `policy` attribute at run time.
     #[cfg_attr(feature = "clap", arg(skip))]
@@ -162,6 +167,7 @@ impl Default for ZramConfig {
             backing_dev: None,
             writeback_batch_size: DEFAULT_WRITEBACK_BATCH,
             readback_readahead: true,
+            dedup: false,
             policy: Policy::default(),
             auto_compact: Some(AutoCompact::default()),
             pool: PoolConfig::default(),

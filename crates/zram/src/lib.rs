@@ -35,6 +35,7 @@ pub mod compact;
 pub mod config;
 pub mod device;
 pub mod error;
+pub mod fold;
 pub mod lzo;
 pub mod policy;
 mod post;
@@ -54,6 +55,7 @@ pub use comp::{Algorithm, AlgorithmParams};
 pub use config::{RecompAlgorithm, ZramConfig};
 pub use device::Zram;
 pub use error::{Error, Op, Result};
+pub use fold::FoldStats;
 pub use policy::{Policy, PolicyStats};
 pub use pp::{IdleRequest, Mode, RecompressRequest, WritebackRequest};
 pub use recompress::RecompressReport;
@@ -62,7 +64,7 @@ pub use store::BlockState;
 pub use writeback::WritebackReport;
 /// The allocator's types a device's settings and figures name, so that front ends reach the
 /// allocator only through this crate.
-pub use zsmalloc::{ClassStats, Geometry, Pool, PoolConfig, class::Header, format_class_table};
+pub use zsmalloc::{ClassStats, FoldReport, Geometry, Pool, PoolConfig, class::Header, format_class_table};
 
 /// Bytes in one page (one slot).
 pub const PAGE_SIZE: usize = 4096;

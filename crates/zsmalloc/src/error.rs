@@ -23,6 +23,9 @@ pub enum Error {
         /// Bytes the object holds.
         capacity: usize,
     },
+    /// The object is shared by several handles, so it is read-only.
+    #[error("handle {0} names a shared object, which is read-only")]
+    Shared(Handle),
     /// A class shard's handle table is full (2^28 - 1 live objects).
     #[error("too many objects in one size class")]
     TooManyObjects,

@@ -35,6 +35,7 @@ mod zspage;
 // The pool and its mechanisms, one file each (each an `impl Pool`).
 mod alloc;
 mod compact;
+pub mod fold;
 mod invariants;
 pub mod pool;
 pub mod stats;
@@ -47,6 +48,7 @@ pub use backend::Backend;
 pub use class::{ClassGeometry, ClassTable, Geometry};
 pub use config::{DEFAULT_PAGE_CACHE_PAGES, PoolConfig};
 pub use error::{Error, Result};
+pub use fold::{FoldReport, ShareStats};
 pub use handle::Handle;
 pub use pool::Pool;
 pub use stats::{ClassStats, PoolStats, format_class_table};
