@@ -3,7 +3,7 @@
 //! FUSE control tree. Beyond the kernel's: `unit_size`, the bytes compressed as one stream,
 //! set like `comp_algorithm` while the device is uninitialized; `block_state`, the kernel's
 //! debugfs file, in the device's directory; `policy` and `policy_stat`, the automatic
-//! post-processing policy.
+//! post-processing policy; `fold` (seed 004's trigger), `dedup` and `fold_stat`.
 //!
 //! Each attribute reads what is written as the kernel's `store` function does: the bytes as
 //! a C string; sizes by `memparse`, numbers by `kstrtou16`/`kstrtoul` ([`parse`]), names
@@ -16,14 +16,19 @@
 //!   `writeback_limit_enable`, `writeback_batch_size`, `bd_stat`), `recompress`,
 //!   `block_state`, `policy` (words over the policy; `run` runs a round now) and
 //!   `policy_stat` (`rounds recompressed recompress_saved_bytes written_back_pages
-//!   written_back_bytes errors day_pages`, then the last round in words).
+//!   written_back_bytes errors day_pages`, then the last round in words);
+//! - `fold`: seed 004's `fold` trigger, our `dedup` setting (inline deduplication, `EBUSY`
+//!   once initialized) and `fold_stat` (`folds objects_folded pages_folded dedup_pages
+//!   dedup_bytes shared_objects index_bytes`).
 
 mod dict;
+mod fold;
 mod params;
 mod parse;
 mod post;
 
 pub use dict::{MAX_DICT_BYTES, read_dictionary};
+pub use fold::format_fold_stat;
 pub use parse::{kstrtoull, memparse};
 
 use zram::Algorithm;
@@ -57,9 +62,10 @@ impl Attr {
     }
 }
 
-/// The attributes, in the order a directory listing shows them: the kernel's, then ours
-/// (`unit_size`, `block_state` from the kernel's debugfs, `policy`, `policy_stat`).
-pub const ATTRS: [Attr; 24] = [
+/// The attributes, in the order a directory listing shows them: the kernel's (with seed
+/// 004's `fold`), then ours (`unit_size`, `block_state` from the kernel's debugfs, `policy`,
+/// `policy_stat`, `dedup`, `fold_stat`).
+pub const ATTRS: [Attr; 27] = [
     Attr::new("disksize", 0o644),
     Attr::new("initstate", 0o444),
     Attr::new("reset", 0o200),
@@ -81,9 +87,12 @@ pub const ATTRS: [Attr; 24] = [
     Attr::new("bd_stat", 0o444),
     Attr::new("recomp_algorithm", 0o644),
     Attr::new("recompress", 0o200),
+    Attr::new("fold", 0o200),
     Attr::new("block_state", 0o444),
     Attr::new("policy", 0o644),
     Attr::new("policy_stat", 0o444),
+    Attr::new("dedup", 0o644),
+    Attr::new("fold_stat", 0o444),
 ];
 
 /// The attribute with this name.
@@ -107,6 +116,7 @@ pub fn read(dev: &Device, name: &str) -> Result<String, i32> {
         "debug_stat" => format_debug_stat(),
         "unit_size" => format!("{}\n", dev.settings().unit_size.bytes()),
         "recomp_algorithm" => params::recomp_algorithm_list(dev),
+        "dedup" | "fold_stat" => return fold::read(dev, name),
         _ => return post::read(dev, name),
     })
 }
@@ -217,6 +227,7 @@ fn store(dev: &Device, name: &str, value: &[u8]) -> Result<(), DeviceError> {
             }
             None => Err(DeviceError::NotInitialized),
         },
+        "fold" | "dedup" => fold::store(dev, name, value),
         _ => post::store(dev, name, value),
     }
 }
