@@ -1,6 +1,6 @@
 //! The control endpoint: a unix socket (never reachable from the network, mode 0600) that
-//! `zramd stat`, `compact`, `reset`, `clear`, `set`, `idle`, `writeback`, `recompress` and
-//! `policy` talk to. One request per
+//! `zramd stat`, `compact`, `fold`, `reset`, `clear`, `set`, `idle`, `writeback`,
+//! `recompress` and `policy` talk to. One request per
 //! connection: a line of JSON in, a line of JSON out.
 //!
 //! Bounded as every endpoint (`crate::endpoint`): at most [`MAX_CONNECTIONS`] at once (when
@@ -37,6 +37,11 @@ pub enum Request {
     Stat,
     /// Compact one device, or all.
     Compact {
+        /// Device name; all when absent.
+        device: Option<String>,
+    },
+    /// Fold identical stored objects into one (seed 004's `fold`) on one device, or all.
+    Fold {
         /// Device name; all when absent.
         device: Option<String>,
     },
@@ -105,6 +110,9 @@ pub struct Response {
     pub devices: Vec<DeviceStat>,
     /// Pages freed (`compact`).
     pub pages_freed: Option<usize>,
+    /// What each device's pass did (`fold`).
+    #[serde(default)]
+    pub folded: Vec<Folded>,
     /// Slots marked idle (`idle`).
     #[serde(default)]
     pub idle_marked: Option<u64>,
@@ -117,6 +125,16 @@ pub struct Response {
     /// The policy and its figures, after the change or round asked for (`policy`).
     #[serde(default)]
     pub policy: Option<PolicyFigures>,
+}
+
+/// What a `fold` pass did on one device.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Folded {
+    /// The device.
+    pub device: String,
+    /// The pass's figures.
+    #[serde(flatten)]
+    pub report: zram::FoldReport,
 }
 
 impl Response {
@@ -178,6 +196,29 @@ pub fn handle(registry: &Registry, request: &Request) -> Response {
                 ok: true,
                 pages_freed: Some(z.compact()),
                 ..Response::default()
+            },
+            Ok(None) => Response::error(format!("{name} is not initialized")),
+            Err(e) => Response::error(e),
+        },
+        Request::Fold { device: None } => Response {
+            folded: registry
+                .exports()
+                .iter()
+                .filter_map(|e| e.device.zram().map(|z| (e, z)))
+                .map(|(e, z)| Folded {
+                    device: e.name.clone(),
+                    report: z.fold(),
+                })
+                .collect(),
+            ..Response::ok()
+        },
+        Request::Fold { device: Some(name) } => match device(name).map(|d| d.zram()) {
+            Ok(Some(z)) => Response {
+                folded: vec![Folded {
+                    device: name.clone(),
+                    report: z.fold(),
+                }],
+                ..Response::ok()
             },
             Ok(None) => Response::error(format!("{name} is not initialized")),
             Err(e) => Response::error(e),
@@ -343,11 +384,14 @@ pub fn call(path: &Path, request: &Request) -> anyhow::Result<Response> {
             path.display()
         )
     })?;
-    // A pass over a whole device (writeback, recompression, a policy round, compaction)
-    // answers when it is done, which on a large device can take minutes: wait for it.
-    // Everything else answers at once.
+    // A pass over a whole device (writeback, recompression, a policy round, compaction,
+    // folding) answers when it is done, which on a large device can take minutes: wait for
+    // it. Everything else answers at once.
     let long = match request {
-        Request::Writeback { .. } | Request::Recompress { .. } | Request::Compact { .. } => true,
+        Request::Writeback { .. }
+        | Request::Recompress { .. }
+        | Request::Compact { .. }
+        | Request::Fold { .. } => true,
         Request::Policy { words, .. } => words.split_whitespace().any(|w| w == "run"),
         _ => false,
     };

@@ -1,7 +1,7 @@
 //! The post-processing figures as the control socket sends them and `zramd stat` and the
 //! metrics show them, where the library's own types do not serve: a policy with its words,
-//! the counters read out of their atomics. (Pass reports and backing figures are the
-//! library's, serialized as they are.)
+//! the counters read out of their atomics. (Pass reports, backing figures and folding
+//! figures are the library's, serialized as they are.)
 
 use serde::{Deserialize, Serialize};
 use zram::stats::Counters;
@@ -75,3 +75,8 @@ impl PostCounters {
 /// The backing store's figures, as the library counts them (bytes in the file, live
 /// bytes, reads, cache hits, errors, segments punched).
 pub use zram::backing::BackingStats as BackingFigures;
+
+/// Folding and inline deduplication, as the library counts them (the `dedup` setting,
+/// passes, objects and pages folded, pages and bytes deduplicated, shared objects, the
+/// content index's bytes).
+pub use zram::FoldStats as FoldFigures;

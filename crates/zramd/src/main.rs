@@ -1,8 +1,8 @@
 //! `zramd`: compressed memory in userspace.
 //!
-//! `serve` runs compressed RAM disks over NBD; `stat`, `compact`, `reset`, `clear`, `set`,
-//! `idle`, `writeback`, `recompress` and `policy` talk to a running server through its
-//! control socket; `classes` prints the zsmalloc class table;
+//! `serve` runs compressed RAM disks over NBD; `stat`, `compact`, `fold`, `reset`, `clear`,
+//! `set`, `idle`, `writeback`, `recompress` and `policy` talk to a running server through
+//! its control socket; `classes` prints the zsmalloc class table;
 //! `bench` runs the lab's measurements (the `zramd-lab` binary beside this one).
 
 mod classes;
@@ -33,6 +33,17 @@ enum Command {
     Compact {
         /// Device name.
         device: Option<String>,
+        #[command(flatten)]
+        control: ControlArg,
+    },
+    /// Fold identical stored objects into one (seed 004's `fold`) on a device (all devices
+    /// without DEV) and print what the pass did.
+    Fold {
+        /// Device name.
+        device: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         control: ControlArg,
     },
@@ -153,7 +164,7 @@ struct ServeArgs {
     /// TOML file with several devices (`[[device]]` tables with the device options above as
     /// keys: name, size, algorithm, level, mem_limit, unit_size, chain_size, geometry,
     /// object_header, shards, read_only, backing_dev, writeback_batch_size,
-    /// readback_readahead, recomp_algorithm = [{ priority = 1, algorithm = "zstd" }], and a
+    /// readback_readahead, dedup, recomp_algorithm = [{ priority = 1, algorithm = "zstd" }], and a
     /// [device.policy] table), the addresses, and the server options above as
     /// top-level keys (max_connections, idle_timeout, socket_mode, …).
     #[arg(long, conflicts_with_all = DEVICE_ARGS)]
@@ -161,7 +172,7 @@ struct ServeArgs {
 }
 
 /// The ids of the device options, which a config file replaces.
-const DEVICE_ARGS: [&str; 15] = [
+const DEVICE_ARGS: [&str; 16] = [
     "name",
     "size",
     "read_only",
@@ -177,6 +188,7 @@ const DEVICE_ARGS: [&str; 15] = [
     "backing_dev",
     "writeback_batch_size",
     "readback_readahead",
+    "dedup",
 ];
 
 #[derive(Debug, clap::Args)]
@@ -278,7 +290,8 @@ fn stat(a: &StatArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `zramd stat`'s lines on writeback, recompression and the policy of one device.
+/// `zramd stat`'s lines on writeback, recompression, the policy, folding and deduplication
+/// of one device.
 fn post_lines(d: &zramd::registry::DeviceStat) {
     use zramd::human::size;
     let p = &d.post;
@@ -318,6 +331,35 @@ fn post_lines(d: &zramd::registry::DeviceStat) {
         pol.stats.written_back_pages,
         pol.stats.errors
     );
+    let f = &d.fold;
+    println!(
+        "{}: dedup {}; {} folds, {} objects folded, {} pages folded; {} pages deduplicated ({} saved); {} shared objects, index {}",
+        d.name,
+        if f.dedup { "on" } else { "off" },
+        f.folds,
+        f.objects_folded,
+        f.pages_folded,
+        f.dedup_pages,
+        size(f.dedup_bytes),
+        f.shared_objects,
+        size(f.index_bytes)
+    );
+}
+
+/// What `zramd fold` prints: a line per device folded.
+fn print_folded(folded: &[control::Folded], json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(folded)?);
+        return Ok(());
+    }
+    for f in folded {
+        let r = &f.report;
+        println!(
+            "{}: {} objects scanned, {} folded ({} bytes), {} pages freed",
+            f.device, r.objects_scanned, r.objects_folded, r.bytes_folded, r.pages_freed
+        );
+    }
+    Ok(())
 }
 
 /// What `zramd policy` prints: the policy, its figures and its last round.
@@ -355,6 +397,14 @@ fn main() -> anyhow::Result<()> {
             let r = control::call(&control.path(), &Request::Compact { device })?;
             println!("{} pages freed", r.pages_freed.unwrap_or(0));
             Ok(())
+        }
+        Command::Fold {
+            device,
+            json,
+            control,
+        } => {
+            let r = control::call(&control.path(), &Request::Fold { device })?;
+            print_folded(&r.folded, json)
         }
         Command::Reset { device, control } => {
             control::call(&control.path(), &Request::Reset { device })?;

@@ -1,7 +1,7 @@
 //! The opt-in Prometheus endpoint (`--metrics HOST:PORT`): `GET /metrics` answers in the text
 //! exposition format with each device's `mm_stat`, `io_stat` and `bd_stat` figures, its
-//! writeback, recompression and policy counters, its backing file's figures, and
-//! per-request counts, bytes and latency histograms.
+//! writeback, recompression and policy counters, its backing file's figures, its folding
+//! and deduplication figures, and per-request counts, bytes and latency histograms.
 //!
 //! The exposition is written directly from the devices' own atomic counters (a scrape reads
 //! them; nothing is copied into a registry between scrapes).
@@ -162,6 +162,49 @@ const POST_FIGURES: [Figure; 17] = [
     ),
 ];
 
+/// Folding and inline deduplication (`pages_folded` is `mm_stat`'s, above).
+const FOLD_FIGURES: [Figure; 7] = [
+    (
+        "dedup",
+        "gauge",
+        "Inline deduplication on (1) or off (0)",
+        |d| u64::from(d.fold.dedup),
+    ),
+    ("folds_total", "counter", "Fold passes run", |d| {
+        d.fold.folds
+    }),
+    (
+        "objects_folded_total",
+        "counter",
+        "Objects freed because an identical object now serves their slots",
+        |d| d.fold.objects_folded,
+    ),
+    (
+        "dedup_pages_total",
+        "counter",
+        "Page writes that shared an identical stored object",
+        |d| d.fold.dedup_pages,
+    ),
+    (
+        "dedup_bytes_total",
+        "counter",
+        "Compressed bytes deduplicated writes did not store again",
+        |d| d.fold.dedup_bytes,
+    ),
+    (
+        "shared_objects",
+        "gauge",
+        "Stored objects that more than one slot names",
+        |d| d.fold.shared_objects,
+    ),
+    (
+        "fold_index_bytes",
+        "gauge",
+        "Bytes of the content index and reference counts (in metadata_bytes)",
+        |d| d.fold.index_bytes,
+    ),
+];
+
 /// The exposition text for every device.
 pub fn render(registry: &Registry) -> String {
     let mut out = String::new();
@@ -189,7 +232,7 @@ pub fn render(registry: &Registry) -> String {
             );
         }
     }
-    for (name, kind, help, value) in POST_FIGURES {
+    for (name, kind, help, value) in POST_FIGURES.into_iter().chain(FOLD_FIGURES) {
         let _ = writeln!(out, "# HELP zramd_{name} {help}.");
         let _ = writeln!(out, "# TYPE zramd_{name} {kind}");
         for d in &stats {

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use crate::device::Device;
 use crate::export::{Export, ExportSet};
-use crate::figures::{BackingFigures, PolicyFigures, PostCounters};
+use crate::figures::{BackingFigures, FoldFigures, PolicyFigures, PostCounters};
 use serde::{Deserialize, Serialize};
 
 /// A snapshot of one device, as `zramd stat` shows it.
@@ -55,6 +55,10 @@ pub struct DeviceStat {
     /// The post-processing policy and what it has done.
     #[serde(default)]
     pub policy: PolicyFigures,
+    /// Folding and inline deduplication: the setting and what they have done (zeroes, and
+    /// the setting, while uninitialized).
+    #[serde(default)]
+    pub fold: FoldFigures,
 }
 
 fn page_size() -> u64 {
@@ -157,6 +161,13 @@ impl Registry {
                     policy: PolicyFigures::new(
                         &e.device.policy(),
                         &zram.as_ref().map(|z| z.policy_stats()).unwrap_or_default(),
+                    ),
+                    fold: zram.as_ref().map_or(
+                        FoldFigures {
+                            dedup: settings.dedup,
+                            ..FoldFigures::default()
+                        },
+                        |z| z.fold_stats(),
                     ),
                 }
             })
