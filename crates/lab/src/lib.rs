@@ -3,9 +3,11 @@
 //! `zramd-lab bench ARGS…`.
 //!
 //! - [`bench`]: the measurements (`bench --input FILE`, `bench pool`, `bench nbd`,
-//!   `bench untar`), each a clap `Args` and a `run()`;
+//!   `bench untar`, `bench dedup`), each a clap `Args` and a `run()`;
 //! - [`kernel`]: the kernel's own zram, hot-added for side-by-side runs and parity tests;
-//! - [`rss`]: this process's resident memory.
+//! - [`rss`]: this process's resident memory;
+//! - [`sys`]: the CPU time this process and its threads have used (the crate's only
+//!   `unsafe`).
 //!
 //! The lab sits on top: it uses zsmalloc, zram and zramd's library (the untar bench serves
 //! a device in-process, the nbd bench asks a `zramd` process through its control socket);
@@ -14,3 +16,5 @@
 pub mod bench;
 pub mod kernel;
 pub mod rss;
+#[expect(unsafe_code, reason = "the one module that asks the OS for CPU times")]
+pub mod sys;

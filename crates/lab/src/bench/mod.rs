@@ -2,6 +2,7 @@
 //! figures measured side by side.
 
 mod cold;
+mod dedup;
 mod device;
 mod nbd;
 mod pool;
@@ -28,6 +29,9 @@ enum What {
     /// The seeds' workload: ext4 on the device, untar, delete directories, next to the
     /// kernel's zram.
     Untar(Box<untar::Args>),
+    /// Inline deduplication and folding: write speed with dedup off and on, memory with the
+    /// file twice, and what a fold pass frees and costs.
+    Dedup(Box<dedup::Args>),
 }
 
 /// Runs the measurement `args` names.
@@ -37,6 +41,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         Some(What::Cold(a)) => cold::run(a),
         Some(What::Nbd(a)) => nbd::run(a),
         Some(What::Untar(a)) => untar::run(a),
+        Some(What::Dedup(a)) => dedup::run(a),
         None => device::run(&args.device),
     }
 }

@@ -1,20 +1,29 @@
 //! `zramd bench untar --tarball FILE`: the seeds' workload. ext4 (mounted with `discard`)
 //! on the device; untar the tree (seed 000), then delete `drivers`, `arch`, `fs`, `sound`
 //! and `include` in that order, `fstrim` after each (seed 003), for `--cycles` rounds. After
-//! every step it prints the `mm_stat` line, the overhead `(mem_used_total -
-//! compr_data_size) / compr_data_size` and — for zramd — the process RSS; for zramd
-//! (through the FUSE export and a loop device) and, as root where the kernel offers the
-//! algorithm, for a hot-added kernel zram device, side by side. Needs root (loop, mount).
+//! every step it prints the `mm_stat` line (the kernel's nine fields and seed 004's
+//! `pages_folded`), the overhead `(mem_used_total - compr_data_size) / compr_data_size` and
+//! — for zramd — the process RSS; for zramd (through the FUSE export and a loop device) and,
+//! as root where the kernel offers the algorithm, for a hot-added kernel zram device, side
+//! by side. Needs root (loop, mount).
+//!
+//! Seed 004's folding: `--copies N` untars the tarball N times, into `copy1`..`copyN` of
+//! the same filesystem (the deletes then apply to every copy); `--fold` folds zramd's
+//! device after each untar (a `fold` step: `pages_folded`, the pass's CPU seconds, per GB
+//! stored). The kernel's zram cannot fold: it runs the same steps without that one. At the
+//! end, `mem_used_total` zramd/kernel after each untar and after each fold.
+
+mod side;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use zram::{Size, ZramConfig};
 use zramd::serve::{DeviceSpec, ServeOptions, Server};
 
 use crate::kernel::{KernelZram, is_root, unavailable_reason};
+use side::{Mounted, Ours, Side, Theirs, header, report, sh};
 
 const DELETE_ORDER: [&str; 5] = ["drivers", "arch", "fs", "sound", "include"];
 
@@ -30,6 +39,13 @@ pub struct Args {
     /// Untar-and-delete rounds.
     #[arg(long, default_value_t = 1)]
     cycles: usize,
+    /// Untar the tarball this many times, into copy1..copyN of the one filesystem (1: into
+    /// its root, as the seeds did).
+    #[arg(long, default_value_t = 1)]
+    copies: usize,
+    /// Fold zramd's device after each untar (seed 004), and report what it freed and cost.
+    #[arg(long)]
+    fold: bool,
     /// Device size.
     #[arg(long, default_value = "4G")]
     size: Size,
@@ -38,155 +54,68 @@ pub struct Args {
     no_kernel: bool,
 }
 
-fn sh(cmd: &mut Command) -> anyhow::Result<()> {
-    let out = cmd.output().with_context(|| format!("run {cmd:?}"))?;
-    if !out.status.success() {
-        bail!(
-            "{cmd:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
-}
+/// The `mm_stat` fields after each step, by step name.
+type Steps = Vec<(String, Vec<u64>)>;
 
-/// An ext4 filesystem on a block device, mounted at a temporary directory; unmounted (and
-/// its loop device detached) when dropped.
-struct Mounted {
-    dir: PathBuf,
-    loopdev: Option<String>,
-}
-
-impl Mounted {
-    fn new(block: &Path, is_file: bool, dir: PathBuf) -> anyhow::Result<Self> {
-        let loopdev = if is_file {
-            let out = Command::new("losetup")
-                .args(["-f", "--show"])
-                .arg(block)
-                .output()?;
-            if !out.status.success() {
-                bail!("losetup: {}", String::from_utf8_lossy(&out.stderr).trim());
-            }
-            Some(String::from_utf8_lossy(&out.stdout).trim().to_owned())
-        } else {
-            None
-        };
-        let dev = loopdev
-            .clone()
-            .unwrap_or_else(|| block.display().to_string());
-        let m = Self { dir, loopdev };
-        std::fs::create_dir_all(&m.dir)?;
-        sh(Command::new("mkfs.ext4").args(["-q", "-F", &dev]))?;
-        sh(Command::new("mount")
-            .args(["-o", "discard", &dev])
-            .arg(&m.dir))?;
-        Ok(m)
-    }
-}
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.dir).status();
-        if let Some(l) = &self.loopdev {
-            let _ = Command::new("losetup").args(["-d", l]).status();
-        }
-    }
-}
-
-/// One side of the comparison.
-trait Side {
-    fn name(&self) -> &str;
-    fn mm_stat(&self) -> anyhow::Result<Vec<u64>>;
-    fn rss(&self) -> Option<u64>;
-    /// Waits for background work (compaction) to settle after a step.
-    fn settle(&self) {}
-}
-
-struct Ours {
-    server: Server,
-}
-
-impl Side for Ours {
-    fn name(&self) -> &str {
-        "zramd"
-    }
-    fn mm_stat(&self) -> anyhow::Result<Vec<u64>> {
-        let dev = self
-            .server
-            .registry
-            .device("zram0")
-            .and_then(|d| d.zram())
-            .context("device")?;
-        Ok(dev.mm_stat().fields().to_vec())
-    }
-    fn rss(&self) -> Option<u64> {
-        crate::rss::process_rss_bytes()
-    }
-    fn settle(&self) {
-        // Automatic compaction runs in the background: give it a bounded while.
-        let Some(dev) = self.server.registry.device("zram0").and_then(|d| d.zram()) else {
-            return;
-        };
-        let start = Instant::now();
-        let policy = zram::compact::AutoCompact::default();
-        while start.elapsed() < Duration::from_secs(5) && policy.due(dev.pool(), true) {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-struct Theirs {
-    dev: KernelZram,
-}
-
-impl Side for Theirs {
-    fn name(&self) -> &str {
-        "kernel"
-    }
-    fn mm_stat(&self) -> anyhow::Result<Vec<u64>> {
-        Ok(self.dev.mm_stat()?)
-    }
-    fn rss(&self) -> Option<u64> {
-        None
-    }
-}
-
-fn report(side: &dyn Side, step: &str) -> anyhow::Result<()> {
-    let mm = side.mm_stat()?;
-    let overhead = if mm[1] == 0 {
-        0.0
-    } else {
-        (mm[2] as f64 - mm[1] as f64) / mm[1] as f64
+/// Untars the tarball once into `mnt` (`copies` 1), or into `mnt/copy1..copyN`; returns
+/// the directories the tarball's tree went into.
+fn untar(mnt: &Path, args: &Args) -> anyhow::Result<Vec<PathBuf>> {
+    let roots: Vec<PathBuf> = match args.copies {
+        0 | 1 => vec![mnt.to_owned()],
+        n => (1..=n).map(|i| mnt.join(format!("copy{i}"))).collect(),
     };
-    let line: Vec<String> = mm.iter().take(9).map(|v| format!("{v:10}")).collect();
-    let rss = side.rss().map_or_else(
-        || "       -".to_owned(),
-        |r| format!("{:8.1}", r as f64 / 1048576.0),
-    );
-    println!(
-        "{:6} {:14} {}  overhead {:6.2}%  RSS MiB {rss}",
-        side.name(),
-        step,
-        line.join(""),
-        overhead * 100.0
-    );
-    Ok(())
-}
-
-fn workload(side: &dyn Side, mnt: &Path, args: &Args) -> anyhow::Result<()> {
-    for cycle in 1..=args.cycles.max(1) {
+    for root in &roots {
+        std::fs::create_dir_all(root)?;
         sh(Command::new("tar")
             .arg("xf")
             .arg(&args.tarball)
             .arg("-C")
-            .arg(mnt))?;
+            .arg(root))?;
+    }
+    Ok(roots)
+}
+
+/// Folds (where the side can) and reports the step.
+fn fold_step(side: &dyn Side, cycle: usize, steps: &mut Steps) -> anyhow::Result<()> {
+    let step = format!("fold #{cycle}");
+    let Some(cost) = side.fold()? else {
+        println!(
+            "{:6} {step:14} (the kernel's zram cannot fold)",
+            side.name()
+        );
+        return Ok(());
+    };
+    side.settle();
+    let gb = cost.stored as f64 / 1e9;
+    let per_gb = if gb > 0.0 { cost.cpu_s / gb } else { 0.0 };
+    let extra = format!(
+        "  fold CPU {:.3} s ({:.3} s wall), {per_gb:.3} CPU s/GB stored",
+        cost.cpu_s, cost.wall_s
+    );
+    steps.push((step.clone(), report(side, &step, &extra)?));
+    Ok(())
+}
+
+fn workload(side: &dyn Side, mnt: &Path, args: &Args) -> anyhow::Result<Steps> {
+    let mut steps = Steps::new();
+    for cycle in 1..=args.cycles.max(1) {
+        let roots = untar(mnt, args)?;
         sh(&mut Command::new("sync"))?;
         side.settle();
-        report(side, &format!("untar #{cycle}"))?;
-        let top: Vec<PathBuf> = std::fs::read_dir(mnt)?
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .filter(|p| p.is_dir() && p.file_name().is_some_and(|n| n != "lost+found"))
-            .collect();
+        let step = format!("untar #{cycle}");
+        steps.push((step.clone(), report(side, &step, "")?));
+        if args.fold {
+            fold_step(side, cycle, &mut steps)?;
+        }
+        let mut top: Vec<PathBuf> = Vec::new();
+        for root in &roots {
+            top.extend(
+                std::fs::read_dir(root)?
+                    .filter_map(Result::ok)
+                    .map(|e| e.path())
+                    .filter(|p| p.is_dir() && p.file_name().is_some_and(|n| n != "lost+found")),
+            );
+        }
         for dir in DELETE_ORDER {
             for t in &top {
                 let victim = t.join(dir);
@@ -198,15 +127,42 @@ fn workload(side: &dyn Side, mnt: &Path, args: &Args) -> anyhow::Result<()> {
             sh(&mut Command::new("sync"))?;
             sh(Command::new("fstrim").arg(mnt))?;
             side.settle();
-            report(side, &format!("rm {dir}"))?;
+            steps.push((format!("rm {dir}"), report(side, &format!("rm {dir}"), "")?));
         }
         for t in &top {
             std::fs::remove_dir_all(t)?;
         }
+        for root in roots.iter().filter(|r| r.as_path() != mnt) {
+            std::fs::remove_dir_all(root)?;
+        }
         sh(&mut Command::new("sync"))?;
         sh(Command::new("fstrim").arg(mnt))?;
     }
-    Ok(())
+    Ok(steps)
+}
+
+/// `mem_used_total` zramd/kernel after each untar and each fold (the kernel's after the
+/// same cycle's untar: it cannot fold).
+fn print_ratios(ours: &Steps, theirs: &Steps) {
+    let kernel = |step: &str| {
+        theirs
+            .iter()
+            .find(|(s, _)| s == step)
+            .map(|(_, mm)| mm[2] as f64)
+    };
+    for (step, mm) in ours {
+        let (against, note) = match step.strip_prefix("fold ") {
+            Some(cycle) => (format!("untar {cycle}"), " (the kernel's after the untar)"),
+            None if step.starts_with("untar ") => (step.clone(), ""),
+            None => continue,
+        };
+        if let Some(k) = kernel(&against).filter(|&k| k > 0.0) {
+            println!(
+                "mem_used_total zramd/kernel after {step}: {:.3}{note}",
+                mm[2] as f64 / k
+            );
+        }
+    }
 }
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
@@ -218,21 +174,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     }
     let tmp = std::env::temp_dir().join(format!("zramd-untar-{}", std::process::id()));
     std::fs::create_dir_all(&tmp)?;
-    println!(
-        "{:6} {:14} {:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}",
-        "",
-        "step",
-        "orig",
-        "compr",
-        "mem_used",
-        "limit",
-        "used_max",
-        "same",
-        "compacted",
-        "huge",
-        "huge_since"
-    );
-    {
+    println!("{}", header());
+    let ours_steps = {
         std::fs::create_dir_all(tmp.join("fuse"))?;
         let server = Server::start(&ServeOptions {
             devices: vec![DeviceSpec {
@@ -246,12 +189,14 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             ..ServeOptions::default()
         })?;
         let ours = Ours { server };
-        {
+        let steps = {
             let mounted = Mounted::new(&tmp.join("fuse/zram0/disk"), true, tmp.join("ext4-zramd"))?;
-            workload(&ours, &mounted.dir, args)?;
-        }
+            workload(&ours, &mounted.dir, args)?
+        };
         ours.server.stop();
-    }
+        steps
+    };
+    let mut theirs_steps = Steps::new();
     if args.no_kernel {
         println!("kernel: skipped (--no-kernel)");
     } else if let Some(why) = unavailable_reason(args.device.algorithm.name()) {
@@ -262,8 +207,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             dev: KernelZram::with(args.device.algorithm.name(), size)?,
         };
         let mounted = Mounted::new(&theirs.dev.dev_path(), false, tmp.join("ext4-kernel"))?;
-        workload(&theirs, &mounted.dir, args)?;
+        theirs_steps = workload(&theirs, &mounted.dir, args)?;
     }
+    print_ratios(&ours_steps, &theirs_steps);
     let _ = std::fs::remove_dir_all(&tmp);
     Ok(())
 }

@@ -1,0 +1,213 @@
+//! The two sides of the untar bench and what runs on them: an ext4 filesystem mounted on a
+//! block device, zramd's device (served in-process through FUSE) and the kernel's, and the
+//! report line of a step.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use zramd::serve::Server;
+
+use crate::kernel::KernelZram;
+
+/// `mm_stat` columns a report line prints: the kernel's nine and seed 004's `pages_folded`.
+pub const COLUMNS: usize = 10;
+
+/// Runs `cmd`; its stderr is the error when it fails.
+pub fn sh(cmd: &mut Command) -> anyhow::Result<()> {
+    let out = cmd.output().with_context(|| format!("run {cmd:?}"))?;
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// An ext4 filesystem on a block device, mounted at a temporary directory; unmounted (and
+/// its loop device detached) when dropped.
+pub struct Mounted {
+    /// Where it is mounted.
+    pub dir: PathBuf,
+    loopdev: Option<String>,
+}
+
+impl Mounted {
+    /// Makes ext4 on `block` (through a loop device when `is_file`) and mounts it on `dir`
+    /// with `discard`.
+    pub fn new(block: &Path, is_file: bool, dir: PathBuf) -> anyhow::Result<Self> {
+        let loopdev = if is_file {
+            let out = Command::new("losetup")
+                .args(["-f", "--show"])
+                .arg(block)
+                .output()?;
+            if !out.status.success() {
+                bail!("losetup: {}", String::from_utf8_lossy(&out.stderr).trim());
+            }
+            Some(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        } else {
+            None
+        };
+        let dev = loopdev
+            .clone()
+            .unwrap_or_else(|| block.display().to_string());
+        let m = Self { dir, loopdev };
+        std::fs::create_dir_all(&m.dir)?;
+        sh(Command::new("mkfs.ext4").args(["-q", "-F", &dev]))?;
+        sh(Command::new("mount")
+            .args(["-o", "discard", &dev])
+            .arg(&m.dir))?;
+        Ok(m)
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.dir).status();
+        if let Some(l) = &self.loopdev {
+            let _ = Command::new("losetup").args(["-d", l]).status();
+        }
+    }
+}
+
+/// What a fold pass did and cost.
+#[derive(Debug, Clone, Copy)]
+pub struct FoldCost {
+    /// CPU seconds the process used during the pass (all its threads).
+    pub cpu_s: f64,
+    /// Wall seconds of the pass.
+    pub wall_s: f64,
+    /// Bytes stored when it started (`orig_data_size`).
+    pub stored: u64,
+}
+
+/// One side of the comparison.
+pub trait Side {
+    fn name(&self) -> &str;
+    fn mm_stat(&self) -> anyhow::Result<Vec<u64>>;
+    fn rss(&self) -> Option<u64>;
+    /// Waits for background work (compaction) to settle after a step.
+    fn settle(&self) {}
+    /// Folds identical objects (seed 004); `None` where the side cannot.
+    fn fold(&self) -> anyhow::Result<Option<FoldCost>> {
+        Ok(None)
+    }
+}
+
+/// zramd's device, served in-process.
+pub struct Ours {
+    pub server: Server,
+}
+
+impl Ours {
+    fn device(&self) -> anyhow::Result<std::sync::Arc<zram::Zram>> {
+        self.server
+            .registry
+            .device("zram0")
+            .and_then(|d| d.zram())
+            .context("device")
+    }
+}
+
+impl Side for Ours {
+    fn name(&self) -> &str {
+        "zramd"
+    }
+    fn mm_stat(&self) -> anyhow::Result<Vec<u64>> {
+        Ok(self.device()?.mm_stat().fields().to_vec())
+    }
+    fn rss(&self) -> Option<u64> {
+        crate::rss::process_rss_bytes()
+    }
+    fn settle(&self) {
+        // Automatic compaction runs in the background: give it a bounded while.
+        let Ok(dev) = self.device() else {
+            return;
+        };
+        let start = Instant::now();
+        let policy = zram::compact::AutoCompact::default();
+        while start.elapsed() < Duration::from_secs(5) && policy.due(dev.pool(), true) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    fn fold(&self) -> anyhow::Result<Option<FoldCost>> {
+        let dev = self.device()?;
+        let stored = dev.mm_stat().orig_data_size;
+        let cpu = || crate::sys::process_cpu_seconds().context("getrusage");
+        let cpu0 = cpu()?;
+        let start = Instant::now();
+        dev.fold();
+        let wall_s = start.elapsed().as_secs_f64();
+        Ok(Some(FoldCost {
+            cpu_s: cpu()? - cpu0,
+            wall_s,
+            stored,
+        }))
+    }
+}
+
+/// A kernel zram device this process hot-added.
+pub struct Theirs {
+    pub dev: KernelZram,
+}
+
+impl Side for Theirs {
+    fn name(&self) -> &str {
+        "kernel"
+    }
+    fn mm_stat(&self) -> anyhow::Result<Vec<u64>> {
+        Ok(self.dev.mm_stat()?)
+    }
+    fn rss(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// The header line of the report.
+pub fn header() -> String {
+    let names = [
+        "orig",
+        "compr",
+        "mem_used",
+        "limit",
+        "used_max",
+        "same",
+        "compacted",
+        "huge",
+        "huge_since",
+        "folded",
+    ];
+    let cols: Vec<String> = names.iter().map(|n| format!("{n:>10}")).collect();
+    format!("{:6} {:14} {}", "", "step", cols.join(""))
+}
+
+/// Prints the step's line: the `mm_stat` columns (`-` for a field the side's `mm_stat`
+/// does not have), the overhead, the RSS, then `extra`; returns the `mm_stat` fields.
+pub fn report(side: &dyn Side, step: &str, extra: &str) -> anyhow::Result<Vec<u64>> {
+    let mm = side.mm_stat()?;
+    let overhead = if mm[1] == 0 {
+        0.0
+    } else {
+        (mm[2] as f64 - mm[1] as f64) / mm[1] as f64
+    };
+    let line: Vec<String> = (0..COLUMNS)
+        .map(|i| {
+            mm.get(i)
+                .map_or_else(|| format!("{:>10}", "-"), |v| format!("{v:10}"))
+        })
+        .collect();
+    let rss = side.rss().map_or_else(
+        || "       -".to_owned(),
+        |r| format!("{:8.1}", r as f64 / 1048576.0),
+    );
+    println!(
+        "{:6} {:14} {}  overhead {:6.2}%  RSS MiB {rss}{extra}",
+        side.name(),
+        step,
+        line.join(""),
+        overhead * 100.0
+    );
+    Ok(mm)
+}
