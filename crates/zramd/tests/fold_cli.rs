@@ -1,0 +1,179 @@
+//! `zramd fold [DEV] [--json]` through the control socket with the real binary: what the
+//! pass did, per device; all initialized devices without DEV; the errors for an unknown or
+//! uninitialized device; then the folding and deduplication figures in `zramd stat` (text
+//! and JSON) and in the metrics.
+
+/// Shared test helpers (`tests/common/`): each test includes the files it uses.
+mod common {
+    pub mod prose;
+    pub mod run;
+}
+
+use std::io::{Read as _, Write as _};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::prose::prose;
+use common::run::{Run, run, run_ok};
+use zram::ZramConfig;
+use zramd::serve::{DeviceSpec, ServeOptions, Server};
+
+const ZRAMD: &str = env!("CARGO_BIN_EXE_zramd");
+
+/// Runs `zramd <args> --control <path>`.
+fn cli(control: &Path, args: &[&str]) -> Run {
+    run(
+        Command::new(ZRAMD).args(args).arg("--control").arg(control),
+        Duration::from_secs(60),
+    )
+}
+
+/// Like [`cli`], and it must succeed.
+fn cli_ok(control: &Path, args: &[&str]) -> String {
+    run_ok(
+        Command::new(ZRAMD).args(args).arg("--control").arg(control),
+        Duration::from_secs(60),
+    )
+    .stdout
+}
+
+fn scrape(addr: std::net::SocketAddr) -> String {
+    let mut http = std::net::TcpStream::connect(addr).unwrap();
+    http.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut body = String::new();
+    http.read_to_string(&mut body).unwrap();
+    body
+}
+
+fn device(name: &str, dedup: bool) -> DeviceSpec {
+    DeviceSpec {
+        name: name.into(),
+        size: "4M".parse().unwrap(),
+        config: ZramConfig {
+            dedup,
+            ..ZramConfig::default()
+        },
+        ..DeviceSpec::default()
+    }
+}
+
+#[test]
+fn zramd_fold_runs_the_pass_and_stat_shows_its_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&ServeOptions {
+        devices: vec![device("zram0", false), device("zram1", true)],
+        unix: vec![dir.path().join("nbd.sock")],
+        control: Some(dir.path().join("control.sock")),
+        metrics: Some("127.0.0.1:0".into()),
+        ..ServeOptions::default()
+    })
+    .unwrap();
+    let control = server.control_path.clone();
+    let z = server.registry.device("zram0").unwrap().zram().unwrap();
+    const PAGES: u64 = 128;
+    for copy in 0..2 {
+        for i in 0..PAGES {
+            z.write((copy * PAGES + i) * 4096, &prose(i)).unwrap();
+        }
+    }
+
+    // One device, in words.
+    let out = cli_ok(&control, &["fold", "zram0"]);
+    let words: Vec<&str> = out.split_whitespace().collect();
+    assert_eq!(words.first(), Some(&"zram0:"), "{out}");
+    assert!(
+        out.ends_with(" pages freed\n") && out.lines().count() == 1,
+        "{out}"
+    );
+    let scanned: u64 = words[1].parse().unwrap();
+    let folded: u64 = words[4].parse().unwrap();
+    assert!(scanned >= PAGES && folded > 0, "{out}");
+    let stats = z.fold_stats();
+    assert_eq!((stats.folds, stats.objects_folded), (1, folded), "{out}");
+    assert!(z.mm_stat().pages_folded > 0, "{out}");
+
+    // All initialized devices, in JSON; an uninitialized one is left out.
+    let r = cli(&control, &["reset", "zram1"]);
+    assert!(r.ok, "{}", r.stderr);
+    let json: serde_json::Value =
+        serde_json::from_str(&cli_ok(&control, &["fold", "--json"])).unwrap();
+    let list = json.as_array().expect("a list");
+    assert_eq!(list.len(), 1, "{json}");
+    assert_eq!(list[0]["device"], "zram0");
+    for key in [
+        "objects_scanned",
+        "objects_folded",
+        "bytes_folded",
+        "pages_freed",
+    ] {
+        assert!(list[0][key].is_u64(), "{key} in {json}");
+    }
+    for (args, why) in [
+        (&["fold", "zram9"][..], "no device named \"zram9\""),
+        (&["fold", "zram1"], "zram1 is not initialized"),
+    ] {
+        let r = cli(&control, args);
+        assert!(!r.ok, "{args:?} succeeded: {}", r.stdout);
+        assert!(r.stderr.contains(why), "{args:?}: {}", r.stderr);
+    }
+
+    // zramd stat, text and JSON.
+    let out = cli_ok(&control, &["stat"]);
+    assert!(
+        out.contains(&format!(
+            "zram0: dedup off; 2 folds, {} objects folded, ",
+            z.fold_stats().objects_folded
+        )),
+        "{out}"
+    );
+    assert!(out.contains("zram1: dedup on; 0 folds"), "{out}");
+    let json: serde_json::Value =
+        serde_json::from_str(&cli_ok(&control, &["stat", "--json"])).unwrap();
+    let f = &json[0]["fold"];
+    assert_eq!(f["folds"], 2, "{json}");
+    assert_eq!(f["dedup"], false);
+    assert_eq!(f["pages_folded"], json[0]["mm_stat_fields"][9]);
+    for key in [
+        "objects_folded",
+        "dedup_pages",
+        "dedup_bytes",
+        "shared_objects",
+        "index_bytes",
+    ] {
+        assert!(f[key].is_u64(), "{key} in {f}");
+    }
+    assert_eq!(json[1]["fold"]["dedup"], true, "the setting, uninitialized");
+
+    // The metrics.
+    let s = z.fold_stats();
+    let body = scrape(server.metrics_addr.unwrap());
+    for want in [
+        "# TYPE zramd_folds_total counter".to_owned(),
+        "zramd_folds_total{device=\"zram0\"} 2".into(),
+        "zramd_dedup{device=\"zram0\"} 0".into(),
+        "zramd_dedup{device=\"zram1\"} 1".into(),
+        format!(
+            "zramd_objects_folded_total{{device=\"zram0\"}} {}",
+            s.objects_folded
+        ),
+        format!(
+            "zramd_pages_folded{{device=\"zram0\"}} {}",
+            z.mm_stat().pages_folded
+        ),
+        format!(
+            "zramd_shared_objects{{device=\"zram0\"}} {}",
+            s.shared_objects
+        ),
+        format!(
+            "zramd_fold_index_bytes{{device=\"zram0\"}} {}",
+            s.index_bytes
+        ),
+        "zramd_dedup_pages_total{device=\"zram0\"} 0".into(),
+        "zramd_dedup_bytes_total{device=\"zram0\"} 0".into(),
+    ] {
+        assert!(body.contains(&want), "{want} missing:\n{body}");
+    }
+    server.stop();
+}
