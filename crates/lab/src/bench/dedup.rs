@@ -13,7 +13,8 @@
 //! alternates too); the run with the median speed (the median CPU time for the fold) is
 //! reported. Memory is what the process holds: its RSS, and RSS less what it was just
 //! before the device was made (the input's copy in memory is in both), next to
-//! `mem_used_total`.
+//! `mem_used_total` and the metadata (slot table, allocator bookkeeping, the content index)
+//! that `mem_used_total` leaves out.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -291,10 +292,11 @@ fn mib(bytes: f64) -> f64 {
 
 fn print_side(what: &str, s: &Side) {
     println!(
-        "{what:<14} {:>5} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>11} {:>8}",
+        "{what:<14} {:>5} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>11} {:>8}",
         if s.dedup { "on" } else { "off" },
         s.write_mb_s,
         mib(s.mem_used as f64),
+        mib(s.mm_stat[10] as f64),
         mib(s.rss_delta as f64),
         mib(s.rss as f64),
         s.fold_stats.dedup_pages,
@@ -312,12 +314,20 @@ fn print_report(r: &Report, args: &Args) {
         r.repeat
     );
     println!(
-        "{:<14} {:>5} {:>10} {:>10} {:>10} {:>10} {:>11} {:>8}",
-        "scenario", "dedup", "write MB/s", "mem_used", "RSS delta", "RSS", "dedup_pages", "folded"
+        "{:<14} {:>5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>11} {:>8}",
+        "scenario",
+        "dedup",
+        "write MB/s",
+        "mem_used",
+        "metadata",
+        "RSS delta",
+        "RSS",
+        "dedup_pages",
+        "folded"
     );
     println!(
-        "{:<14} {:>5} {:>10} {:>10} {:>10} {:>10}",
-        "", "", "", "MiB", "MiB", "MiB"
+        "{:<14} {:>5} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "", "", "", "MiB", "MiB", "MiB", "MiB"
     );
     print_side("once", &r.once.off);
     print_side("once", &r.once.on);
@@ -325,11 +335,12 @@ fn print_report(r: &Report, args: &Args) {
     print_side("twice", &r.twice.on);
     let f = &r.fold;
     println!(
-        "{:<14} {:>5} {:>10} {:>10.1} {:>10.1} {:>10.1} {:>11} {:>8}",
+        "{:<14} {:>5} {:>10} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>11} {:>8}",
         "twice, folded",
         "off",
         "-",
         mib(f.mem_used_after as f64),
+        mib(f.mm_stat_after[10] as f64),
         mib(f.rss_delta_after as f64),
         mib(f.rss_after as f64),
         "-",
