@@ -332,7 +332,7 @@ fn check(
     prop_assert_eq!(backing.stats().live_bytes, wb_bytes, "{}: backing", step);
     prop_assert_eq!(zram.slot(s.units()), None, "{}", step);
     prop_assert_eq!(
-        zram.pool().stats().obj_used as usize,
+        zram.pool().stats().obj_used,
         objects.len(),
         "{}: objects",
         step
