@@ -35,6 +35,7 @@ pub mod compact;
 pub mod config;
 pub mod device;
 pub mod error;
+mod figures;
 pub mod fold;
 pub mod lzo;
 pub mod policy;
@@ -50,7 +51,7 @@ mod store;
 mod sys;
 pub mod writeback;
 
-pub use chain::links;
+pub use chain::{links, pieces};
 pub use comp::{Algorithm, AlgorithmParams};
 pub use config::{RecompAlgorithm, ZramConfig};
 pub use device::Zram;
@@ -64,7 +65,10 @@ pub use store::BlockState;
 pub use writeback::WritebackReport;
 /// The allocator's types a device's settings and figures name, so that front ends reach the
 /// allocator only through this crate.
-pub use zsmalloc::{ClassStats, FoldReport, Geometry, Pool, PoolConfig, class::Header, format_class_table};
+pub use zsmalloc::{
+    ClassStats, FoldReport, Geometry, Handle, Pool, PoolConfig, ShareStats, class::Header,
+    format_class_table,
+};
 
 /// Bytes in one page (one slot).
 pub const PAGE_SIZE: usize = 4096;
