@@ -9,6 +9,9 @@
 //! - `alloc`: `malloc`, `write`, `read`, `with_object`, `free` (`zs_malloc`/`obj_malloc`,
 //!   `zs_obj_write`, `zs_obj_read_begin`, `zs_free`/`obj_free`);
 //! - `compact`: `compact`, shortening, the object index and `migrate_zspage`;
+//! - `sharing`, `share`, `fold`: shared objects (several handles, one object), inline
+//!   deduplication and folding (seed 004): a shard's anchors and content index, and the
+//!   operations on them;
 //! - `stats`: the class table rows, metadata and the freeable/shortenable counts
 //!   (`zs_stats_size_show`, `zs_can_compact`);
 //! - `invariants`: [`Pool::check_invariants`].
@@ -58,6 +61,9 @@ pub struct Pool {
     pub(crate) pages_allocated: CachePadded<AtomicUsize>,
     /// Pages freed by compaction so far.
     pub(crate) pages_compacted: AtomicU64,
+    /// Pages freed by folding so far (its compaction included, which `pages_compacted`
+    /// does not count).
+    pub(crate) pages_folded: AtomicU64,
 }
 
 impl Pool {
@@ -87,6 +93,7 @@ impl Pool {
             source: PageSource::new(config.populate, config.page_cache_pages),
             pages_allocated: CachePadded::new(AtomicUsize::new(0)),
             pages_compacted: AtomicU64::new(0),
+            pages_folded: AtomicU64::new(0),
         })
     }
 
