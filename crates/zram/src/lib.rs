@@ -64,7 +64,9 @@ pub use store::BlockState;
 pub use writeback::WritebackReport;
 /// The allocator's types a device's settings and figures name, so that front ends reach the
 /// allocator only through this crate.
-pub use zsmalloc::{ClassStats, FoldReport, Geometry, Pool, PoolConfig, class::Header, format_class_table};
+pub use zsmalloc::{
+    ClassStats, FoldReport, Geometry, Pool, PoolConfig, class::Header, format_class_table,
+};
 
 /// Bytes in one page (one slot).
 pub const PAGE_SIZE: usize = 4096;
