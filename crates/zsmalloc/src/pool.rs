@@ -21,7 +21,7 @@
 //! 1. a class-shard lock (`ClassShard::inner`) — protects everything of one class shard:
 //!    its zspages (their memory and bookkeeping), fullness lists and handle table. At most
 //!    one is held at a time. Object copies (at most 4 KiB) happen under it; compaction
-//!    takes it per batch of steps and lets go in between.
+//!    and folding take it per batch of steps and let go in between.
 //! 2. the page-source lock (`sys::PageSource`) — a leaf, never held while taking another.
 //!    Zspage pages are obtained and given back without the class-shard lock held.
 //!
