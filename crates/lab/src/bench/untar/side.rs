@@ -180,7 +180,7 @@ pub fn header() -> String {
         "folded",
     ];
     let cols: Vec<String> = names.iter().map(|n| format!("{n:>10}")).collect();
-    format!("{:6} {:14} {}", "", "step", cols.join(""))
+    format!("{:6} {:14} {}", "", "step", cols.join(" "))
 }
 
 /// Prints the step's line: the `mm_stat` columns (`-` for a field the side's `mm_stat`
@@ -206,7 +206,7 @@ pub fn report(side: &dyn Side, step: &str, extra: &str) -> anyhow::Result<Vec<u6
         "{:6} {:14} {}  overhead {:6.2}%  RSS MiB {rss}{extra}",
         side.name(),
         step,
-        line.join(""),
+        line.join(" "),
         overhead * 100.0
     );
     Ok(mm)
