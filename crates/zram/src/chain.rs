@@ -93,20 +93,39 @@ pub(crate) fn read(pool: &Pool, head: Handle, out: &mut [u8]) -> Result<()> {
     Ok(pool.read(handle, &mut out[done..])?)
 }
 
-/// Frees the chain of a stream of `len` bytes starting at `head`.
-pub(crate) fn free(pool: &Pool, head: Handle, len: usize) {
+/// Frees the chain of a stream of `len` bytes starting at `head`, one handle at a time;
+/// returns whether its memory went with it. A piece that other handles still share (after
+/// folding or deduplication) stays, and so does everything after it: the rest of the chain
+/// belongs to that shared piece, which whoever frees its last handle walks on from.
+pub(crate) fn free(pool: &Pool, head: Handle, len: usize) -> bool {
     let mut handle = head;
     for _ in 0..links(len) {
         let next = pool.with_object(handle, LINK, link_of);
         // The handle came from this pool and the slot's lock keeps it live: a failure
         // would be a bug in the table, and the object is unreachable either way.
-        let _ = pool.free(handle);
+        if !pool.free_shared(handle).unwrap_or(false) {
+            return false;
+        }
         match next {
             Ok(n) => handle = n,
-            Err(_) => return,
+            Err(_) => return false,
         }
     }
-    let _ = pool.free(handle);
+    pool.free_shared(handle).unwrap_or(false)
+}
+
+/// The pieces of the chain of a stream of `len` bytes starting at `head`, each with the
+/// bytes of the stream it holds plus its link (for checks: which objects a slot uses).
+pub fn pieces(pool: &Pool, head: Handle, len: usize) -> Result<Vec<(Handle, usize)>> {
+    let k = links(len);
+    let mut out = Vec::with_capacity(k + 1);
+    let mut handle = head;
+    for _ in 0..k {
+        out.push((handle, PAGE_SIZE));
+        handle = pool.with_object(handle, LINK, link_of)?;
+    }
+    out.push((handle, len - k * PIECE_DATA));
+    Ok(out)
 }
 
 /// The next piece's handle at the start of a piece.

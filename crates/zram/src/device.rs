@@ -8,13 +8,14 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use zsmalloc::Pool;
+use zsmalloc::{FoldReport, Pool};
 
 use crate::backing::{Backing, BackingStats, FileBacking, FileOptions};
 use crate::comp::{Algorithm, AlgorithmParams, CodecPool};
 use crate::compact::Compactor;
 use crate::config::{RecompAlgorithm, ZramConfig};
 use crate::error::{Error, Op, Result};
+use crate::fold::FoldStats;
 use crate::policy::{Policy, PolicyStats, PolicyThread, Shared};
 use crate::pp::{IdleRequest, RecompressRequest, WritebackRequest};
 use crate::recompress::RecompressReport;
@@ -79,6 +80,7 @@ impl Zram {
             codecs,
             config.mem_limit.bytes(),
             backing,
+            config.dedup,
         )?);
         store.set_writeback_batch(config.writeback_batch_size as usize);
         let compactor = config.auto_compact.map(|ac| Compactor::start(pool, ac));
@@ -92,6 +94,22 @@ impl Zram {
         };
         zram.set_policy(config.policy)?;
         Ok(zram)
+    }
+
+    /// Folds identical stored objects into one (the `fold` attribute, seed 004); runs
+    /// alongside I/O. What it gave back shows in `mm_stat`'s `pages_folded`.
+    pub fn fold(&self) -> FoldReport {
+        crate::fold::fold(&self.store)
+    }
+
+    /// Is inline deduplication on?
+    pub fn dedup(&self) -> bool {
+        self.store.dedup()
+    }
+
+    /// Folding and deduplication figures.
+    pub fn fold_stats(&self) -> FoldStats {
+        crate::fold::fold_stats(&self.store)
     }
 
     /// Size in bytes.

@@ -36,6 +36,7 @@ pub mod compact;
 pub mod config;
 pub mod device;
 pub mod error;
+mod figures;
 pub mod fold;
 pub mod lzo;
 pub mod policy;
@@ -52,7 +53,7 @@ mod store;
 mod sys;
 pub mod writeback;
 
-pub use chain::links;
+pub use chain::{links, pieces};
 pub use comp::{Algorithm, AlgorithmParams};
 pub use config::{RecompAlgorithm, ZramConfig};
 pub use device::Zram;
@@ -67,7 +68,8 @@ pub use writeback::WritebackReport;
 /// The allocator's types a device's settings and figures name, so that front ends reach the
 /// allocator only through this crate.
 pub use zsmalloc::{
-    ClassStats, FoldReport, Geometry, Pool, PoolConfig, class::Header, format_class_table,
+    ClassStats, FoldReport, Geometry, Handle, Pool, PoolConfig, ShareStats, class::Header,
+    format_class_table,
 };
 
 /// Bytes in one page (one slot).

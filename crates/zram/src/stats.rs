@@ -47,6 +47,14 @@ pub struct Counters {
     pub recomp_done: AtomicU64,
     /// Ours: bytes recompression saved (old minus new stream lengths).
     pub recomp_saved_bytes: AtomicU64,
+    /// Ours: `fold` passes run.
+    pub folds: AtomicU64,
+    /// Ours: objects folding freed (an identical object serves their slots now).
+    pub objects_folded: AtomicU64,
+    /// Ours: pages whose write shared an identical stored object (inline dedup).
+    pub dedup_pages: AtomicU64,
+    /// Ours: compressed bytes those writes did not store again.
+    pub dedup_bytes: AtomicU64,
 }
 
 impl Counters {
@@ -89,6 +97,10 @@ impl Counters {
             &self.recomp_attempts,
             &self.recomp_done,
             &self.recomp_saved_bytes,
+            &self.folds,
+            &self.objects_folded,
+            &self.dedup_pages,
+            &self.dedup_bytes,
         ] {
             c.store(0, Relaxed);
         }

@@ -27,6 +27,9 @@
 //! - Storing allocates the new objects, checks `mem_limit` after every allocation (over it:
 //!   the new objects are freed, the slot keeps its old data, `Error::MemLimit`), writes
 //!   them, and only then frees the old ones. A slot of equal 8-byte words is stored `SAME`.
+//! - With the `dedup` setting, a stream of one object that an object of the pool already
+//!   holds (same bytes, checked in full) shares that object instead of allocating
+//!   ([`crate::fold`]); freeing a slot frees its handle, and the object goes with its last.
 //! - Zeroing (discard, write-zeroes) frees a whole slot, and zeroes part of one by
 //!   rewriting it; a slot that this leaves all zero is freed (not stored as same-filled).
 //!
@@ -60,7 +63,7 @@ use crate::comp::CodecPool;
 use crate::error::{Error, Result};
 use crate::same::{fill, same_filled};
 use crate::slot::{Flags, SlotEntry, SlotGuard, SlotTable};
-use crate::stats::{BdStat, Counters, IoStat, MmStat, WbLimit};
+use crate::stats::{Counters, WbLimit};
 
 thread_local! {
     /// Per-thread slot bytes for partial reads and read-modify-write.
@@ -106,7 +109,12 @@ pub(crate) struct Store {
     limit_pages: AtomicU64,
     huge_class_size: usize,
     /// `pages_compacted` of the pool when the counters were last cleared.
-    pages_compacted_base: AtomicU64,
+    pub(crate) pages_compacted_base: AtomicU64,
+    /// `pages_folded` of the pool when the counters were last cleared.
+    pub(crate) pages_folded_base: AtomicU64,
+    /// Inline deduplication: a stream of one object that an object of the pool already
+    /// holds shares that object.
+    dedup: bool,
     start: Instant,
 }
 
@@ -119,6 +127,7 @@ impl Store {
         codecs: Codecs,
         mem_limit: u64,
         backing: Option<Arc<dyn Backing>>,
+        dedup: bool,
     ) -> Result<Self> {
         let slots = usize::try_from(disksize.div_ceil(unit_size as u64))
             .map_err(|_| Error::TableTooLarge { disksize })?;
@@ -139,6 +148,8 @@ impl Store {
             counters: Counters::default(),
             limit_pages: AtomicU64::new(mem_limit.div_ceil(PAGE_SIZE as u64)),
             pages_compacted_base: AtomicU64::new(0),
+            pages_folded_base: AtomicU64::new(0),
+            dedup,
             start: Instant::now(),
         })
     }
@@ -196,6 +207,11 @@ impl Store {
 
     pub(crate) fn huge_class_size(&self) -> usize {
         self.huge_class_size
+    }
+
+    /// Is inline deduplication on?
+    pub(crate) fn dedup(&self) -> bool {
+        self.dedup
     }
 
     /// Number of slots.
@@ -417,7 +433,16 @@ impl Store {
             let comp_len = self.primary().with(|c| c.compress(data, &mut buf))??;
             let huge = comp_len >= data.len() - PAGE_SIZE + self.huge_class_size;
             let stream = if huge { data } else { &buf[..comp_len] };
-            let head = crate::chain::write(&self.pool, stream, |size| self.alloc(size))?;
+            let head = if self.dedup && stream.len() <= PAGE_SIZE {
+                let (head, shared) = self.alloc_dedup(stream)?;
+                if shared {
+                    Counters::add(&self.counters.dedup_pages, pages);
+                    Counters::add(&self.counters.dedup_bytes, stream.len() as u64);
+                }
+                head
+            } else {
+                crate::chain::write(&self.pool, stream, |size| self.alloc(size))?
+            };
             self.free(g);
             g.set(SlotEntry {
                 handle: head.to_raw(),
@@ -465,6 +490,22 @@ impl Store {
     /// Allocates one object, then checks `mem_limit` (over it, the object is freed again).
     pub(crate) fn alloc(&self, size: usize) -> Result<Handle> {
         let handle = self.pool.malloc(size)?;
+        self.check_limit(handle)
+    }
+
+    /// Stores a stream of one object, sharing an identical stored object when the pool
+    /// has one (inline dedup; sharing takes no memory, so only a new object is checked
+    /// against `mem_limit`). Returns the handle and whether it shares.
+    fn alloc_dedup(&self, stream: &[u8]) -> Result<(Handle, bool)> {
+        let (handle, shared) = self.pool.malloc_dedup(stream)?;
+        if shared {
+            return Ok((handle, true));
+        }
+        Ok((self.check_limit(handle)?, false))
+    }
+
+    /// Checks `mem_limit` after an allocation: over it, `handle` is freed again.
+    fn check_limit(&self, handle: Handle) -> Result<Handle> {
         let used = self.pool.total_pages() as u64;
         self.counters.max_used_pages.fetch_max(used, Relaxed);
         let limit = self.limit_pages.load(Relaxed);
@@ -485,6 +526,8 @@ impl Store {
         self.counters.clear();
         self.pages_compacted_base
             .store(self.pool.pages_compacted(), Relaxed);
+        self.pages_folded_base
+            .store(self.pool.pages_folded(), Relaxed);
         self.pool.trim();
     }
 
@@ -521,47 +564,6 @@ impl Store {
         self.counters
             .max_used_pages
             .store(self.pool.total_pages() as u64, Relaxed);
-    }
-
-    /// The `mm_stat` figures.
-    pub(crate) fn mm_stat(&self) -> MmStat {
-        let c = &self.counters;
-        let used = self.pool.total_pages() as u64;
-        MmStat {
-            orig_data_size: Counters::get(&c.pages_stored) * PAGE_SIZE as u64,
-            compr_data_size: Counters::get(&c.compr_data_size),
-            mem_used_total: used * PAGE_SIZE as u64,
-            mem_limit: self.mem_limit(),
-            mem_used_max: Counters::get(&c.max_used_pages).max(used) * PAGE_SIZE as u64,
-            same_pages: Counters::get(&c.same_pages),
-            pages_compacted: self.pool.pages_compacted() - self.pages_compacted_base.load(Relaxed),
-            huge_pages: Counters::get(&c.huge_pages),
-            huge_pages_since: Counters::get(&c.huge_pages_since),
-            // Seed 004's folding has not landed: nothing is folded yet.
-            pages_folded: 0,
-            metadata_bytes: (self.table.metadata_bytes() + self.pool.metadata_bytes()) as u64,
-            cached_bytes: (self.pool.cached_pages() * PAGE_SIZE) as u64,
-        }
-    }
-
-    /// The `bd_stat` figures.
-    pub(crate) fn bd_stat(&self) -> BdStat {
-        let c = &self.counters;
-        BdStat {
-            bd_count: Counters::get(&c.bd_count),
-            bd_reads: Counters::get(&c.bd_reads),
-            bd_writes: Counters::get(&c.bd_writes),
-        }
-    }
-
-    /// The `io_stat` figures.
-    pub(crate) fn io_stat(&self) -> IoStat {
-        let c = &self.counters;
-        IoStat {
-            failed_reads: Counters::get(&c.failed_reads),
-            failed_writes: Counters::get(&c.failed_writes),
-            notify_free: Counters::get(&c.notify_free),
-        }
     }
 
     /// Bytes the slot table spans.

@@ -15,6 +15,12 @@
 //! (some made to fail: nothing may change then), and recompressions with a secondary
 //! algorithm. They change no byte; the checks also hold the written-back slots against
 //! `bd_stat` and the backing store's live bytes.
+//!
+//! Folding and deduplication (seed 004) run in them too: fills come from a few seeds often,
+//! so many pages are duplicates; half the pool shapes store with inline `dedup` on, and
+//! `fold` steps come among the others. The checks then count what the slots really use:
+//! every distinct object of the slots' chains once, each named by exactly as many of the
+//! slots' pieces as the pool says it has references, and each file copy once.
 
 mod common;
 
@@ -58,6 +64,8 @@ enum Op {
     Writeback(Wb, bool),
     /// A recompression of one kind, with a threshold.
     Recompress(Option<Mode>, usize),
+    /// Folds identical objects.
+    Fold,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -96,9 +104,14 @@ fn fill() -> impl Strategy<Value = Fill> {
     prop_oneof![
         2 => Just(Fill::Zero),
         2 => prop_oneof![Just(u64::MAX), any::<u64>()].prop_map(Fill::Word),
-        3 => any::<u64>().prop_map(Fill::Random),
-        4 => any::<u64>().prop_map(Fill::Text),
+        3 => seed().prop_map(Fill::Random),
+        4 => seed().prop_map(Fill::Text),
     ]
+}
+
+/// A fill's seed: one of a few most of the time, so that pages repeat.
+fn seed() -> impl Strategy<Value = u64> {
+    prop_oneof![3 => 0u64..4, 1 => any::<u64>()]
 }
 
 /// Device geometry for one unit size.
@@ -163,6 +176,7 @@ fn op(s: Shape) -> impl Strategy<Value = Op> {
         3 => (wb(s), prop::bool::weighted(0.2)).prop_map(|(w, f)| Op::Writeback(w, f)),
         2 => (prop::option::of(mode()), prop_oneof![Just(0usize), 0usize..3000])
             .prop_map(|(m, t)| Op::Recompress(m, t)),
+        2 => Just(Op::Fold),
     ]
 }
 
@@ -179,7 +193,7 @@ fn wb(s: Shape) -> impl Strategy<Value = Wb> {
 }
 
 /// Each algorithm runs on a different pool shape: chain sizes 1 to 16, both zspage rules,
-/// both object layouts.
+/// both object layouts, inline dedup on or off.
 fn device(algorithm: Algorithm, s: Shape, backing: Arc<MemBacking>) -> Zram {
     let (chain_size, geometry, shards, header) = match algorithm {
         Algorithm::Lz4 => (4, Geometry::Seed, 1, Header::Handle),
@@ -210,6 +224,7 @@ fn device(algorithm: Algorithm, s: Shape, backing: Arc<MemBacking>) -> Zram {
         },
         auto_compact: None,
         writeback_batch_size: 3,
+        dedup: matches!(algorithm, Algorithm::Lz4 | Algorithm::Zstd),
         ..ZramConfig::default()
     };
     Zram::with_backing(config, Some(backing as Arc<dyn Backing>)).expect("device")
@@ -242,8 +257,12 @@ fn check(
     }
 
     let hcs = zram.huge_class_size();
-    let (mut stored, mut same, mut huge, mut lens, mut objects) = (0u64, 0u64, 0u64, 0u64, 0);
-    let (mut wb_pages, mut wb_bytes) = (0u64, 0u64);
+    let (mut stored, mut same, mut huge, mut lens) = (0u64, 0u64, 0u64, 0u64);
+    let mut wb_pages = 0u64;
+    // Distinct file copies (offset -> length) and distinct objects (object id -> (bytes,
+    // pieces of the slots naming it, a handle to ask the pool with)).
+    let mut copies = std::collections::HashMap::new();
+    let mut objects = std::collections::HashMap::new();
     for u in 0..s.units() {
         let e = zram.slot(u).expect("unit in range");
         let r = s.unit_range(u);
@@ -262,7 +281,8 @@ fn check(
                 prop_assert!(e.len > 0 && e.len <= ulen, "{step}: unit {u}: {e:?}");
                 prop_assert_eq!(e.flags, Flags::WB, "{}: unit {} {:?}", step, u, e);
                 wb_pages += pages;
-                wb_bytes += e.len as u64;
+                let known = copies.insert(e.handle, e.len);
+                prop_assert!(known.is_none_or(|l| l == e.len), "{step}: unit {u}: copy");
             }
             None => {
                 prop_assert!(!e.flags.contains(Flags::SAME), "{step}: unit {u}: {e:?}");
@@ -283,16 +303,40 @@ fn check(
             continue;
         }
         if e.len > 0 {
-            objects += links(e.len) + 1;
+            let head = zram::Handle::from_raw(e.handle);
+            let chain = zram::pieces(zram.pool(), head, e.len).expect("chain");
+            prop_assert_eq!(chain.len(), links(e.len) + 1, "{}: unit {}", step, u);
+            for (i, (piece, bytes)) in chain.into_iter().enumerate() {
+                let id = zram.pool().object_id(piece).expect("live piece");
+                let seen = objects.contains_key(&id);
+                objects.entry(id).or_insert((bytes, 0u32, piece)).1 += 1;
+                // The rest of a chain behind a shared head belongs to that head: the slots
+                // sharing it name it once, through the head.
+                if i == 0 && seen {
+                    break;
+                }
+            }
         }
         same += pages * u64::from(e.flags.contains(Flags::SAME));
         huge += pages * u64::from(e.flags.contains(Flags::HUGE));
         lens += e.len as u64;
     }
+    // Every object has exactly as many references as the slots' chains name it.
+    for (id, (_, named, piece)) in &objects {
+        let refs = zram.pool().refs(*piece).expect("live piece");
+        prop_assert_eq!(refs, *named, "{}: object {:#x}", step, id);
+    }
+    let wb_bytes: u64 = copies.values().map(|&l| l as u64).sum();
+    let object_bytes: u64 = objects.values().map(|o| o.0 as u64).sum();
     prop_assert_eq!(zram.bd_stat().bd_count, wb_pages, "{}: bd_count", step);
     prop_assert_eq!(backing.stats().live_bytes, wb_bytes, "{}: backing", step);
     prop_assert_eq!(zram.slot(s.units()), None, "{}", step);
-    prop_assert_eq!(zram.pool().stats().obj_used, objects, "{}: objects", step);
+    prop_assert_eq!(
+        zram.pool().stats().obj_used,
+        objects.len(),
+        "{}: objects",
+        step
+    );
 
     let m = zram.mm_stat();
     prop_assert_eq!(m.orig_data_size, stored * PAGE_SIZE as u64, "{}", step);
@@ -307,8 +351,9 @@ fn check(
         step
     );
     prop_assert!(m.mem_used_max >= m.mem_used_total, "{step}: {m:?}");
-    // Every stored object needs at least its bytes of zspage memory.
-    prop_assert!(m.mem_used_total >= m.compr_data_size, "{step}: {m:?}");
+    // Every stored object needs at least its bytes of zspage memory; shared ones once.
+    prop_assert!(m.mem_used_total >= object_bytes, "{step}: {m:?}");
+    prop_assert!(m.compr_data_size >= object_bytes, "{step}: {m:?}");
     Ok(())
 }
 
@@ -427,6 +472,18 @@ fn run(algorithm: Algorithm, s: Shape, ops: &[Op]) -> Result<(), TestCaseError> 
                     ..RecompressRequest::default()
                 };
                 zram.recompress(&req).expect("recompress");
+            }
+            Op::Fold => {
+                let before = zram.mm_stat();
+                let report = zram.fold();
+                let after = zram.mm_stat();
+                prop_assert_eq!(
+                    after.pages_folded,
+                    before.pages_folded + report.pages_freed,
+                    "{}",
+                    step
+                );
+                prop_assert!(after.mem_used_total <= before.mem_used_total, "{step}");
             }
         }
         check(&zram, &backing, s, &model, &step)?;
