@@ -63,6 +63,9 @@ pub struct WritebackReport {
     /// in `slots` too).
     #[serde(default)]
     pub shared: u64,
+    /// Their pages (counted in `pages` too; `bd_writes` grows by `pages - shared_pages`).
+    #[serde(default)]
+    pub shared_pages: u64,
 }
 
 /// Bytes of streams gathered before a batch is written, whatever `writeback_batch_size`
@@ -329,7 +332,6 @@ fn flush(
                 None => true,
                 Some(n) => {
                     store.shared_copies.hold(offset);
-                    report.shared += u64::from(shares.copies[n].counted);
                     !std::mem::replace(&mut shares.copies[n].counted, true)
                 }
             };
@@ -338,6 +340,9 @@ fn flush(
             report.pages += pages;
             if wrote {
                 report.bytes += len as u64;
+            } else {
+                report.shared += 1;
+                report.shared_pages += pages;
             }
             continue;
         }
