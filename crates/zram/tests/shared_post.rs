@@ -565,3 +565,107 @@ fn shared_units_of_several_objects_are_post_processed_right() {
     assert!(backing.is_empty());
     zram.pool().check_invariants().unwrap();
 }
+
+#[test]
+fn passes_racing_writes_reads_discards_and_folds_lose_nothing() {
+    const THREADS: usize = 4;
+    const ROUNDS: usize = 400;
+    let backing = Arc::new(MemBacking::new());
+    let zram = Arc::new(
+        Zram::with_backing(config(true, 3), Some(backing.clone() as Arc<dyn Backing>)).unwrap(),
+    );
+    // Few contents, so that most slots share an object with slots of other threads.
+    let contents: Vec<Vec<u8>> = (0..4)
+        .map(|i| text(5000 + i))
+        .chain((0..2).map(|i| random(PAGE_SIZE, 77 + 2 * i)))
+        .collect();
+    let contents = Arc::new(contents);
+    let stop = Arc::new(AtomicBool::new(false));
+    let post = {
+        let (zram, stop) = (Arc::clone(&zram), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let mut rounds = 0u64;
+            while !stop.load(Ordering::SeqCst) {
+                zram.mark_idle(IdleRequest::All);
+                let _ = zram.recompress(&RecompressRequest::default());
+                let _ = zram.writeback(&every_page());
+                if rounds.is_multiple_of(3) {
+                    zram.fold();
+                }
+                rounds += 1;
+            }
+            rounds
+        })
+    };
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (zram, contents) = (Arc::clone(&zram), Arc::clone(&contents));
+            std::thread::spawn(move || {
+                // Thread `t` owns the pages `p % THREADS == t`.
+                let mut image = vec![0u8; PAGES * PAGE_SIZE];
+                let mut s = t as u64 + 1;
+                let mut page = vec![0u8; PAGE_SIZE];
+                for _ in 0..ROUNDS {
+                    let r = common::xorshift(&mut s);
+                    let p = (r as usize % (PAGES / THREADS)) * THREADS + t;
+                    let at = p * PAGE_SIZE;
+                    match (r >> 32) % 8 {
+                        0..=3 => {
+                            let data = &contents[(r >> 40) as usize % contents.len()];
+                            zram.write(at as u64, data).unwrap();
+                            image[at..at + PAGE_SIZE].copy_from_slice(data);
+                        }
+                        4 => {
+                            zram.discard(at as u64, PAGE_SIZE as u64).unwrap();
+                            image[at..at + PAGE_SIZE].fill(0);
+                        }
+                        _ => {
+                            zram.read(at as u64, &mut page).unwrap();
+                            assert!(page == image[at..at + PAGE_SIZE], "page {p}");
+                        }
+                    }
+                }
+                image
+            })
+        })
+        .collect();
+    let mut image = vec![0u8; PAGES * PAGE_SIZE];
+    for (t, w) in workers.into_iter().enumerate() {
+        let mine = w.join().unwrap();
+        for p in (t..PAGES).step_by(THREADS) {
+            image[p * PAGE_SIZE..(p + 1) * PAGE_SIZE]
+                .copy_from_slice(&mine[p * PAGE_SIZE..(p + 1) * PAGE_SIZE]);
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    assert!(post.join().unwrap() > 0);
+    check_accounts(&zram);
+    same_bytes(&zram, &image);
+    // Once more without anything racing: each object in memory is written once.
+    let mut objects = HashMap::new();
+    let mut resident = 0;
+    for p in 0..PAGES {
+        let e = zram.slot(p).unwrap();
+        if e.len != 0 && !e.flags.contains(Flags::WB) {
+            let id = zram
+                .pool()
+                .object_id(zram::Handle::from_raw(e.handle))
+                .unwrap();
+            objects.insert(id, e.len as u64);
+            resident += 1;
+        }
+    }
+    let held = backing.len();
+    zram.mark_idle(IdleRequest::All);
+    let r = zram.writeback(&every_page()).unwrap();
+    assert_eq!(r.slots, resident);
+    assert_eq!(r.shared, resident - objects.len() as u64, "{r:?}");
+    assert_eq!(r.bytes, objects.values().sum::<u64>());
+    assert_eq!(backing.len(), held + objects.len());
+    check_accounts(&zram);
+    same_bytes(&zram, &image);
+    zram.clear();
+    assert!(backing.is_empty());
+    assert_eq!(zram.pool().share_stats().shared_objects, 0);
+    zram.pool().check_invariants().unwrap();
+}
