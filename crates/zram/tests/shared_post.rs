@@ -9,7 +9,7 @@ mod common;
 mod text;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 
 use common::random;
@@ -569,7 +569,9 @@ fn shared_units_of_several_objects_are_post_processed_right() {
 #[test]
 fn passes_racing_writes_reads_discards_and_folds_lose_nothing() {
     const THREADS: usize = 4;
-    const ROUNDS: usize = 400;
+    const ROUNDS: usize = 2000;
+    /// Rounds of passes the workers wait for at least.
+    const PASSES: u64 = 50;
     let backing = Arc::new(MemBacking::new());
     let zram = Arc::new(
         Zram::with_backing(config(true, 3), Some(backing.clone() as Arc<dyn Backing>)).unwrap(),
@@ -581,31 +583,41 @@ fn passes_racing_writes_reads_discards_and_folds_lose_nothing() {
         .collect();
     let contents = Arc::new(contents);
     let stop = Arc::new(AtomicBool::new(false));
+    let passes = Arc::new(AtomicU64::new(0));
     let post = {
-        let (zram, stop) = (Arc::clone(&zram), Arc::clone(&stop));
+        let (zram, stop, passes) = (Arc::clone(&zram), Arc::clone(&stop), Arc::clone(&passes));
         std::thread::spawn(move || {
-            let mut rounds = 0u64;
+            // Passes, and slots that took a shared re-encoding or file copy.
+            let (mut rounds, mut shared) = (0u64, 0u64);
             while !stop.load(Ordering::SeqCst) {
                 zram.mark_idle(IdleRequest::All);
-                let _ = zram.recompress(&RecompressRequest::default());
-                let _ = zram.writeback(&every_page());
+                if let Ok(r) = zram.recompress(&RecompressRequest::default()) {
+                    shared += r.shared;
+                }
+                if let Ok(r) = zram.writeback(&every_page()) {
+                    shared += r.shared;
+                }
                 if rounds.is_multiple_of(3) {
                     zram.fold();
                 }
                 rounds += 1;
+                passes.store(rounds, Ordering::SeqCst);
             }
-            rounds
+            (rounds, shared)
         })
     };
     let workers: Vec<_> = (0..THREADS)
         .map(|t| {
             let (zram, contents) = (Arc::clone(&zram), Arc::clone(&contents));
+            let passes = Arc::clone(&passes);
             std::thread::spawn(move || {
                 // Thread `t` owns the pages `p % THREADS == t`.
                 let mut image = vec![0u8; PAGES * PAGE_SIZE];
                 let mut s = t as u64 + 1;
                 let mut page = vec![0u8; PAGE_SIZE];
-                for _ in 0..ROUNDS {
+                let mut done = 0;
+                while done < ROUNDS || passes.load(Ordering::SeqCst) < PASSES {
+                    done += 1;
                     let r = common::xorshift(&mut s);
                     let p = (r as usize % (PAGES / THREADS)) * THREADS + t;
                     let at = p * PAGE_SIZE;
@@ -638,7 +650,9 @@ fn passes_racing_writes_reads_discards_and_folds_lose_nothing() {
         }
     }
     stop.store(true, Ordering::SeqCst);
-    assert!(post.join().unwrap() > 0);
+    let (rounds, shared) = post.join().unwrap();
+    println!("{rounds} rounds of passes, {shared} slots took a shared result");
+    assert!(rounds > 0 && shared > 0);
     check_accounts(&zram);
     same_bytes(&zram, &image);
     // Once more without anything racing: each object in memory is written once.
