@@ -6,24 +6,32 @@
 //! pages it gets without the shard lock held; it takes an entry of the shard's handle table
 //! and, with the kernel's layout, writes the handle into the object's header. The other
 //! operations decode the handle (shard, entry, generation), check the entry's generation
-//! under the shard lock and reach the object through the entry's location. A `free` that
-//! empties a zspage gives its pages back at once, after the lock is released.
+//! under the shard lock and reach the object through the entry's location — or, for a
+//! handle to a shared object (an alias), through its anchor's (`share.rs`).
+//!
+//! A `write` stores the caller's bytes at the start of the object and zero-fills the rest of
+//! its capacity, so two objects of a class hold equal capacities exactly when every read of
+//! them is equal (what folding and deduplication compare); it marks the object written
+//! (never-written objects are never folded) and refuses a shared object, which is
+//! read-only. A `free` is `free_shared` (`share.rs`): the object goes with its last handle,
+//! and a zspage it empties gives its pages back at once, after the lock is released.
 
 use crate::class::ClassGeometry;
 use crate::error::{Error, Result};
-use crate::handle::{Handle, Location};
+use crate::handle::{Flags, Handle, Location};
 use crate::pool::{Pool, check_size};
-use crate::shard::ClassShard;
+use crate::shard::{ClassShard, Resolved, ShardInner};
+use crate::sync::MutexGuard;
 use crate::zspage::{ZsPage, set_header};
 
 impl Pool {
-    /// The class shard a handle names, and its entry and generation; the entry's
-    /// generation is checked later, under the shard's lock.
-    fn shard_of(&self, handle: Handle) -> Result<(&ClassShard, u32, u64)> {
+    /// The class shard a handle names, its position, and the handle's entry and
+    /// generation; the entry's generation is checked later, under the shard's lock.
+    pub(crate) fn shard_of(&self, handle: Handle) -> Result<(usize, &ClassShard, u32, u64)> {
         let stale = || Error::StaleHandle(handle);
         let (pos, generation, entry) = handle.decode().ok_or_else(stale)?;
         let shard = self.shards.get(pos).ok_or_else(stale)?;
-        Ok((shard, entry, generation))
+        Ok((pos, shard, entry, generation))
     }
 
     /// Allocates an object of `size` bytes (1..=4096) and returns its handle. The object's
@@ -31,7 +39,19 @@ impl Pool {
     pub fn malloc(&self, size: usize) -> Result<Handle> {
         check_size(size)?;
         let class_pos = self.table.position_for(size);
-        let (pos, shard, mut inner) = self.shards.lock_for_malloc(class_pos);
+        let (pos, shard, inner) = self.shards.lock_for_malloc(class_pos);
+        let (handle, _, _) = self.malloc_in(pos, shard, inner)?;
+        Ok(handle)
+    }
+
+    /// Allocates an object in class shard `pos`, whose lock `inner` is; returns its handle,
+    /// its place and the lock, which it let go of and took again if it needed new pages.
+    pub(crate) fn malloc_in<'a>(
+        &'a self,
+        pos: usize,
+        shard: &'a ClassShard,
+        mut inner: MutexGuard<'a, ShardInner>,
+    ) -> Result<(Handle, Location, MutexGuard<'a, ShardInner>)> {
         let geom = shard.geom;
         let huge = geom.is_huge();
         let id = match inner.fullest_with_room(None) {
@@ -68,22 +88,32 @@ impl Pool {
             );
         }
         inner.fix_group(id);
-        Ok(handle)
+        Ok((handle, loc, inner))
     }
 
-    /// Stores `data` at the start of the object (`zs_obj_write`).
+    /// Stores `data` at the start of the object and zero-fills the rest of its capacity
+    /// (`zs_obj_write`); the object counts as written from now on. A handle to a shared
+    /// object is refused with [`Error::Shared`]: shared objects are read-only.
     pub fn write(&self, handle: Handle, data: &[u8]) -> Result<()> {
-        let (shard, entry, generation) = self.shard_of(handle)?;
+        let (_, shard, entry, generation) = self.shard_of(handle)?;
         let geom = shard.geom;
         check_len(&geom, data.len())?;
         let mut inner = shard.inner.lock();
-        let loc = inner
-            .handles
-            .get(entry, generation)
-            .ok_or(Error::StaleHandle(handle))?;
-        let off = data_offset(&geom, loc.obj);
-        inner.meta_mut(loc.zspage).run.bytes_mut()[off..off + data.len()].copy_from_slice(data);
-        Ok(())
+        match inner.resolve(entry, generation) {
+            None => Err(Error::StaleHandle(handle)),
+            Some(Resolved::Alias { .. }) => Err(Error::Shared(handle)),
+            Some(Resolved::Direct(loc, flags)) => {
+                if flags.has(Flags::INDEXED) {
+                    // Its bytes change: out of the content index first, by its old hash.
+                    inner.unindex(&geom, entry);
+                }
+                let object = inner.object_mut(&geom, loc);
+                object[..data.len()].copy_from_slice(data);
+                object[data.len()..].fill(0);
+                inner.handles.set_flag(entry, Flags::WRITTEN, true);
+                Ok(())
+            }
+        }
     }
 
     /// Lends the object's first `len` bytes to `f` (`zs_obj_read_begin`/`_end`). Zspages are
@@ -96,16 +126,15 @@ impl Pool {
         len: usize,
         f: impl FnOnce(&[u8]) -> R,
     ) -> Result<R> {
-        let (shard, entry, generation) = self.shard_of(handle)?;
+        let (_, shard, entry, generation) = self.shard_of(handle)?;
         let geom = shard.geom;
         check_len(&geom, len)?;
         let inner = shard.inner.lock();
         let loc = inner
-            .handles
-            .get(entry, generation)
-            .ok_or(Error::StaleHandle(handle))?;
-        let off = data_offset(&geom, loc.obj);
-        Ok(f(&inner.meta(loc.zspage).run.bytes()[off..off + len]))
+            .resolve(entry, generation)
+            .ok_or(Error::StaleHandle(handle))?
+            .location();
+        Ok(f(&inner.object(&geom, loc)[..len]))
     }
 
     /// Copies the object's first `buf.len()` bytes into `buf`.
@@ -115,41 +144,19 @@ impl Pool {
 
     /// Bytes of caller data the object behind `handle` can hold.
     pub fn capacity(&self, handle: Handle) -> Result<usize> {
-        let (shard, entry, generation) = self.shard_of(handle)?;
+        let (_, shard, entry, generation) = self.shard_of(handle)?;
         shard
             .inner
             .lock()
-            .handles
-            .get(entry, generation)
+            .resolve(entry, generation)
             .ok_or(Error::StaleHandle(handle))?;
         Ok(shard.geom.capacity())
     }
 
-    /// Frees the object; the handle becomes stale. A zspage left empty goes back to the OS.
+    /// Frees the handle; it becomes stale. The object goes with its last handle (see
+    /// [`Pool::free_shared`]), and a zspage left empty goes back to the OS.
     pub fn free(&self, handle: Handle) -> Result<()> {
-        let (shard, entry, generation) = self.shard_of(handle)?;
-        let geom = shard.geom;
-        let released = {
-            let mut inner = shard.inner.lock();
-            let loc = inner
-                .handles
-                .free(entry, generation)
-                .ok_or(Error::StaleHandle(handle))?;
-            inner.epoch += 1;
-            let meta = inner.meta_mut(loc.zspage);
-            if meta.inuse == 1 {
-                meta.inuse = 0;
-                Some(inner.remove_zspage(loc.zspage))
-            } else {
-                meta.put_free(geom.size, geom.is_huge(), loc.obj);
-                inner.fix_group(loc.zspage);
-                None
-            }
-        };
-        if let Some(run) = released {
-            self.release(run);
-        }
-        Ok(())
+        self.free_shared(handle).map(drop)
     }
 }
 
@@ -163,9 +170,4 @@ fn check_len(geom: &ClassGeometry, len: usize) -> Result<()> {
     } else {
         Ok(())
     }
-}
-
-/// Byte offset of an object's caller data inside its zspage.
-fn data_offset(geom: &ClassGeometry, obj: u16) -> usize {
-    obj as usize * geom.size + geom.header
 }

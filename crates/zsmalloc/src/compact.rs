@@ -5,8 +5,10 @@
 //!
 //! Objects need not carry their handle (`Header::Omitted`), so compaction finds the objects
 //! of a zspage through an [`ObjectIndex`]: one pass over the shard's handle table threads
-//! each zspage's entries into a list. The index is kept right as objects move, and kept
-//! across holds of the shard lock while no malloc or free changed the shard (its `epoch`).
+//! each zspage's located entries into a list (one per object: a shared object's anchor,
+//! not its aliases, which follow the anchor, so a shared object moves once). The index is
+//! kept right as objects move, and kept across holds of the shard lock while nothing
+//! changed which entries locate which objects (the shard's `epoch`).
 //! The shard lock is held for a batch of steps at a time, so `malloc` and `free` of the
 //! same shard wait at most one batch.
 
@@ -36,7 +38,7 @@ impl Pool {
     }
 
     /// Compacts one class shard (the kernel's `__zs_compact`); returns the pages freed.
-    fn compact_shard(&self, shard: &ClassShard) -> usize {
+    pub(crate) fn compact_shard(&self, shard: &ClassShard) -> usize {
         let geom = shard.geom;
         let mut freed = 0;
         // Each step empties a zspage or fills one; bound the steps so that threads freeing
@@ -45,7 +47,7 @@ impl Pool {
         let mut released = Vec::new();
         let mut done = false;
         // The object index: one pass over the handle table, kept across lock holds while
-        // no malloc or free changed the shard (`epoch`).
+        // nothing changed which entries locate which objects (`epoch`).
         let mut index: Option<(u64, ObjectIndex)> = None;
         while !done {
             {
@@ -153,8 +155,8 @@ impl Pool {
 /// Steps of compaction per hold of a shard lock.
 const COMPACT_BATCH: usize = 32;
 
-/// The objects of each zspage of a class shard, as lists of handle entries threaded through
-/// `next`, from one pass over its handle table: objects need not carry their handle
+/// The objects of each zspage of a class shard, as lists of located handle entries threaded
+/// through `next`, from one pass over its handle table: objects need not carry their handle
 /// (`Header::Omitted`), and one pass serves many migrations. Kept right by [`migrate`] while
 /// the shard lock is held.
 struct ObjectIndex {
@@ -172,7 +174,7 @@ impl ObjectIndex {
             first: vec![NIL; inner.zspages.len()],
             next: vec![NIL; inner.handles.entries()],
         };
-        for (entry, _, loc) in inner.handles.iter_live() {
+        for (entry, _, loc, _) in inner.handles.iter_located() {
             index.push(loc.zspage, entry);
         }
         index

@@ -17,19 +17,29 @@
 //!   Freed entries are reused oldest first, so a stale handle could only come back to life
 //!   after 2^19 reuses of its entry, each after every other free entry was reused.
 //!
-//! An entry of the table is also a `u64`, either *live* or *free*:
+//! An entry of the table is also a `u64`: *free*, or live and then *located* (it holds the
+//! object's place) or an *alias* (it names another entry of the table, which is located):
 //!
 //! ```text
-//!         63   62        44 43          12 11      0
-//! live: [ 1 ][ generation ][   zspage id  ][ object ]
-//!        1 bit   19 bits       32 bits       12 bits
-//! free: [ 0 ][ generation ][ 0 ][ next free entry  ]
-//!                          16 bits    28 bits
+//!            63   62        44 43 42 41 40          12 11      0
+//! located: [ 1 ][ generation ][A][I][W][  zspage id   ][ object ]
+//! alias:   [ 1 ][ generation ][0][0][0][ anchor entry ][  0xFFF ]
+//!           1 bit   19 bits    3 flags      29 bits      12 bits
+//! free:    [ 0 ][ generation ][     0     ][ next free entry  ]
+//!                                 16 bits        28 bits
 //! ```
 //!
-//! A live entry names the zspage (its id in the shard) and the object index in it where the
-//! object is now; a free entry keeps the generation the next handle issued for it gets, and
-//! links the free entries oldest first.
+//! A located entry names the zspage (its id in the shard) and the object index in it where
+//! the object is now, and three flags: `W`ritten (`Pool::write` stored bytes in it, so its
+//! bytes are the caller's: only written objects are folded or indexed), `I`ndexed (the
+//! object is in its shard's content index) and `A`nchor (see below). A free entry keeps the
+//! generation the next handle issued for it gets, and links the free entries oldest first.
+//!
+//! Shared objects (`share.rs`, `fold.rs`): an object that several handles name is located by
+//! an *anchor*, an entry of the table that is never handed out; every handle naming the
+//! object is an alias of that anchor, in the same table. The alias's object field holds
+//! [`ALIAS_OBJ`], which no object index can be, so an alias is told from a located entry by
+//! its word alone. Aliases never name aliases.
 
 use crate::class::{MAX_CHAIN_SIZE, MIN_ALLOC_SIZE};
 use crate::sys::PAGE_SIZE;
@@ -62,21 +72,29 @@ const NO_ENTRY: u32 = ENTRY_MASK as u32;
 
 // The table-entry word; its generation has the handle's `GEN_BITS`.
 const LIVE_BITS: u32 = 1;
-const ZSPAGE_BITS: u32 = 32;
+const FLAG_BITS: u32 = 3;
+const ZSPAGE_BITS: u32 = 29;
 const OBJ_BITS: u32 = 12;
-const _: () = assert!(LIVE_BITS + GEN_BITS + ZSPAGE_BITS + OBJ_BITS == 64);
+const _: () = assert!(LIVE_BITS + GEN_BITS + FLAG_BITS + ZSPAGE_BITS + OBJ_BITS == 64);
 const OBJ_SHIFT: u32 = 0;
 const ZSPAGE_SHIFT: u32 = OBJ_SHIFT + OBJ_BITS;
-const WORD_GEN_SHIFT: u32 = ZSPAGE_SHIFT + ZSPAGE_BITS;
+const FLAG_SHIFT: u32 = ZSPAGE_SHIFT + ZSPAGE_BITS;
+const WORD_GEN_SHIFT: u32 = FLAG_SHIFT + FLAG_BITS;
 const LIVE_SHIFT: u32 = WORD_GEN_SHIFT + GEN_BITS;
 const LIVE: u64 = 1 << LIVE_SHIFT;
 /// A free entry's link to the next free entry, below its generation.
 const NEXT_SHIFT: u32 = 0;
 const _: () = assert!(NEXT_SHIFT + ENTRY_BITS <= WORD_GEN_SHIFT);
-// Every object index of the longest zspage of the smallest objects fits, and so does every
-// zspage id (`Location::zspage` is a `u32`).
-const _: () = assert!(MAX_CHAIN_SIZE * PAGE_SIZE / MIN_ALLOC_SIZE <= 1 << OBJ_BITS);
-const _: () = assert!(ZSPAGE_BITS == u32::BITS);
+/// The object field of an alias: no object index is this large.
+pub(crate) const ALIAS_OBJ: u16 = mask(OBJ_BITS) as u16;
+// Every object index of the longest zspage of the smallest objects fits, below `ALIAS_OBJ`.
+const _: () = assert!(MAX_CHAIN_SIZE * PAGE_SIZE / MIN_ALLOC_SIZE < ALIAS_OBJ as usize);
+// An alias's zspage field holds an entry index.
+const _: () = assert!(ENTRY_BITS <= ZSPAGE_BITS);
+/// Zspage ids are below this. Every zspage a class shard keeps holds at least one object,
+/// which one located entry names, so a shard never has more zspages than entries (2^28).
+pub(crate) const MAX_ZSPAGES: usize = 1 << ZSPAGE_BITS;
+const _: () = assert!(ENTRY_BITS < ZSPAGE_BITS);
 
 /// The stable name of an object in a pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -135,11 +153,57 @@ pub(crate) struct Location {
     pub obj: u16,
 }
 
+/// The flags of a located entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Flags(u8);
+
+impl Flags {
+    /// `Pool::write` (or `malloc_dedup`) stored the object's bytes.
+    pub const WRITTEN: Flags = Flags(1);
+    /// The object is in its shard's content index.
+    pub const INDEXED: Flags = Flags(2);
+    /// The entry is an anchor: it locates a shared object and is never handed out.
+    pub const ANCHOR: Flags = Flags(4);
+
+    /// Are all of `other`'s flags set?
+    #[inline]
+    pub fn has(self, other: Flags) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// These flags with `other`'s set or cleared.
+    #[inline]
+    pub fn with(self, other: Flags, on: bool) -> Flags {
+        if on {
+            Flags(self.0 | other.0)
+        } else {
+            Flags(self.0 & !other.0)
+        }
+    }
+}
+
+/// What a live entry holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Slot {
+    /// The object's place, and its flags (a direct handle's entry, or an anchor).
+    Located(Location, Flags),
+    /// Another entry of the table: the anchor locating the object.
+    Alias(u32),
+}
+
 /// A live entry word (the one encoder of live entries).
-fn live_word(generation: u64, loc: Location) -> u64 {
+fn live_word(generation: u64, slot: Slot) -> u64 {
+    let (high, obj, flags) = match slot {
+        Slot::Located(loc, flags) => {
+            debug_assert!((loc.zspage as usize) < MAX_ZSPAGES && loc.obj < ALIAS_OBJ);
+            (loc.zspage, loc.obj, flags.0)
+        }
+        Slot::Alias(anchor) => (anchor, ALIAS_OBJ, 0),
+    };
     LIVE | (generation << WORD_GEN_SHIFT)
-        | (u64::from(loc.zspage) << ZSPAGE_SHIFT)
-        | (u64::from(loc.obj) << OBJ_SHIFT)
+        | (u64::from(flags) << FLAG_SHIFT)
+        | (u64::from(high) << ZSPAGE_SHIFT)
+        | (u64::from(obj) << OBJ_SHIFT)
 }
 
 /// A free entry word (the one encoder of free entries).
@@ -155,10 +219,15 @@ fn word_generation(word: u64) -> u64 {
     (word >> WORD_GEN_SHIFT) & GEN_MASK
 }
 
-fn word_location(word: u64) -> Location {
-    Location {
-        zspage: ((word >> ZSPAGE_SHIFT) & mask(ZSPAGE_BITS)) as u32,
-        obj: ((word >> OBJ_SHIFT) & mask(OBJ_BITS)) as u16,
+/// What a live word holds (the one decoder of live entries).
+fn word_slot(word: u64) -> Slot {
+    let high = ((word >> ZSPAGE_SHIFT) & mask(ZSPAGE_BITS)) as u32;
+    let obj = ((word >> OBJ_SHIFT) & mask(OBJ_BITS)) as u16;
+    if obj == ALIAS_OBJ {
+        Slot::Alias(high)
+    } else {
+        let flags = Flags(((word >> FLAG_SHIFT) & mask(FLAG_BITS)) as u8);
+        Slot::Located(Location { zspage: high, obj }, flags)
     }
 }
 
@@ -173,6 +242,7 @@ pub(crate) struct HandleTable {
     free_head: u32,
     free_tail: u32,
     live: usize,
+    aliases: usize,
 }
 
 impl HandleTable {
@@ -182,12 +252,19 @@ impl HandleTable {
             free_head: NO_ENTRY,
             free_tail: NO_ENTRY,
             live: 0,
+            aliases: 0,
         }
     }
 
-    /// Takes an entry for a new object at `loc`; returns `(entry, generation)`, or `None`
-    /// when the table has no entry left (2^28 - 1 live objects).
+    /// Takes an entry for a new object at `loc` (no flags set); returns `(entry,
+    /// generation)`, or `None` when the table has no entry left (2^28 - 1 live entries).
     pub fn alloc(&mut self, loc: Location) -> Option<(u32, u64)> {
+        self.alloc_slot(Slot::Located(loc, Flags::default()))
+    }
+
+    /// Takes an entry holding `slot`; returns `(entry, generation)`, or `None` when the
+    /// table has no entry left.
+    pub fn alloc_slot(&mut self, slot: Slot) -> Option<(u32, u64)> {
         let entry = if self.free_head == NO_ENTRY {
             let entry = u32::try_from(self.words.len())
                 .ok()
@@ -203,30 +280,67 @@ impl HandleTable {
             entry
         };
         let generation = word_generation(self.words[entry as usize]);
-        self.words[entry as usize] = live_word(generation, loc);
+        self.words[entry as usize] = live_word(generation, slot);
         self.live += 1;
+        if matches!(slot, Slot::Alias(_)) {
+            self.aliases += 1;
+        }
         Some((entry, generation))
     }
 
-    /// The location of a live handle's object, or `None` if the handle is stale.
-    pub fn get(&self, entry: u32, generation: u64) -> Option<Location> {
+    /// What a live handle's entry holds, or `None` if the handle is stale.
+    #[inline]
+    pub fn get(&self, entry: u32, generation: u64) -> Option<Slot> {
         match self.words.get(entry as usize) {
-            Some(&w) if is_live(w) && word_generation(w) == generation => Some(word_location(w)),
+            Some(&w) if is_live(w) && word_generation(w) == generation => Some(word_slot(w)),
             _ => None,
         }
     }
 
-    /// Points a live entry at a new location (compaction).
-    pub fn relocate(&mut self, entry: u32, loc: Location) {
+    /// What a live entry holds (the caller knows the entry is live).
+    #[inline]
+    pub fn slot(&self, entry: u32) -> Slot {
         let w = self.words[entry as usize];
         debug_assert!(is_live(w));
-        self.words[entry as usize] = live_word(word_generation(w), loc);
+        word_slot(w)
+    }
+
+    /// The generation of an entry (live: its handles'; free: the next handle's).
+    #[inline]
+    pub fn generation(&self, entry: u32) -> u64 {
+        word_generation(self.words[entry as usize])
+    }
+
+    /// Rewrites what a live entry holds; its generation stays.
+    pub fn set(&mut self, entry: u32, slot: Slot) {
+        let w = self.words[entry as usize];
+        debug_assert!(is_live(w));
+        let was_alias = matches!(word_slot(w), Slot::Alias(_));
+        let is_alias = matches!(slot, Slot::Alias(_));
+        self.aliases = self.aliases + usize::from(is_alias) - usize::from(was_alias);
+        self.words[entry as usize] = live_word(word_generation(w), slot);
+    }
+
+    /// Points a located entry at a new location (compaction); its flags stay.
+    pub fn relocate(&mut self, entry: u32, loc: Location) {
+        match self.slot(entry) {
+            Slot::Located(_, flags) => self.set(entry, Slot::Located(loc, flags)),
+            Slot::Alias(_) => unreachable!("relocating alias entry {entry}"),
+        }
+    }
+
+    /// Sets or clears flags of a located entry.
+    pub fn set_flag(&mut self, entry: u32, flag: Flags, on: bool) {
+        match self.slot(entry) {
+            Slot::Located(loc, flags) => self.set(entry, Slot::Located(loc, flags.with(flag, on))),
+            Slot::Alias(_) => unreachable!("flagging alias entry {entry}"),
+        }
     }
 
     /// Releases a live entry; its generation moves on so the handle goes stale. Returns
-    /// where the object was, or `None` if the handle is stale.
-    pub fn free(&mut self, entry: u32, generation: u64) -> Option<Location> {
-        let loc = self.get(entry, generation)?;
+    /// what the entry held, or `None` if the handle is stale.
+    pub fn free(&mut self, entry: u32, generation: u64) -> Option<Slot> {
+        let slot = self.get(entry, generation)?;
         let next_gen = (generation + 1) & GEN_MASK;
         self.words[entry as usize] = free_word(next_gen, NO_ENTRY);
         if self.free_tail == NO_ENTRY {
@@ -237,7 +351,10 @@ impl HandleTable {
         }
         self.free_tail = entry;
         self.live -= 1;
-        Some(loc)
+        if matches!(slot, Slot::Alias(_)) {
+            self.aliases -= 1;
+        }
+        Some(slot)
     }
 
     /// Entries the table has (live or free).
@@ -245,25 +362,55 @@ impl HandleTable {
         self.words.len()
     }
 
-    /// Where the object of a live entry is (the caller knows the entry is live).
+    /// Where the object of a located entry is (the caller knows the entry is located).
+    #[inline]
     pub fn location(&self, entry: u32) -> Location {
-        let w = self.words[entry as usize];
-        debug_assert!(is_live(w));
-        word_location(w)
+        match self.slot(entry) {
+            Slot::Located(loc, _) => loc,
+            Slot::Alias(_) => unreachable!("locating alias entry {entry}"),
+        }
     }
 
-    /// Live handles.
+    /// Live entries (located and aliases).
     pub fn live(&self) -> usize {
         self.live
     }
 
-    /// `(entry, generation, location)` of every live handle.
-    pub fn iter_live(&self) -> impl Iterator<Item = (u32, u64, Location)> + '_ {
-        self.words
+    /// Located entries: one per stored object.
+    pub fn located(&self) -> usize {
+        self.live - self.aliases
+    }
+
+    /// `(entry, generation, what it holds)` of every live entry in `range` of entries.
+    pub fn iter_range(
+        &self,
+        range: std::ops::Range<usize>,
+    ) -> impl Iterator<Item = (u32, u64, Slot)> + '_ {
+        let start = range.start.min(self.words.len());
+        let end = range.end.min(self.words.len());
+        self.words[start..end]
             .iter()
             .enumerate()
             .filter(|&(_, &w)| is_live(w))
-            .map(|(i, &w)| (i as u32, word_generation(w), word_location(w)))
+            .map(move |(i, &w)| ((start + i) as u32, word_generation(w), word_slot(w)))
+    }
+
+    /// `(entry, generation, location, flags)` of every located entry: one per object.
+    pub fn iter_located(&self) -> impl Iterator<Item = (u32, u64, Location, Flags)> + '_ {
+        self.iter_range(0..self.words.len())
+            .filter_map(|(entry, generation, slot)| match slot {
+                Slot::Located(loc, flags) => Some((entry, generation, loc, flags)),
+                Slot::Alias(_) => None,
+            })
+    }
+
+    /// `(entry, anchor)` of every alias.
+    pub fn iter_aliases(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        self.iter_range(0..self.words.len())
+            .filter_map(|(entry, _, slot)| match slot {
+                Slot::Alias(anchor) => Some((entry, anchor)),
+                Slot::Located(..) => None,
+            })
     }
 
     /// Bytes of memory the table holds.
@@ -291,28 +438,64 @@ mod tests {
     #[test]
     fn entry_words_roundtrip() {
         let loc = Location {
-            zspage: u32::MAX,
-            obj: (1 << OBJ_BITS) - 1,
+            zspage: (MAX_ZSPAGES - 1) as u32,
+            obj: ALIAS_OBJ - 1,
         };
-        let w = live_word(GEN_MASK, loc);
+        for flags in (0..8).map(Flags) {
+            let w = live_word(GEN_MASK, Slot::Located(loc, flags));
+            assert!(is_live(w));
+            assert_eq!(
+                (word_generation(w), word_slot(w)),
+                (GEN_MASK, Slot::Located(loc, flags))
+            );
+        }
+        let w = live_word(GEN_MASK, Slot::Alias(NO_ENTRY - 1));
         assert!(is_live(w));
-        assert_eq!((word_generation(w), word_location(w)), (GEN_MASK, loc));
+        assert_eq!(
+            (word_generation(w), word_slot(w)),
+            (GEN_MASK, Slot::Alias(NO_ENTRY - 1))
+        );
         let w = free_word(GEN_MASK, NO_ENTRY - 1);
         assert!(!is_live(w));
         assert_eq!((word_generation(w), word_next(w)), (GEN_MASK, NO_ENTRY - 1));
+        assert!(Flags::WRITTEN.with(Flags::ANCHOR, true).has(Flags::ANCHOR));
+        assert!(!Flags::ANCHOR.with(Flags::ANCHOR, false).has(Flags::ANCHOR));
     }
 
     #[test]
     fn freed_entries_go_stale_and_are_reused_with_new_generation() {
         let mut t = HandleTable::new();
         let loc = Location { zspage: 3, obj: 9 };
+        let located = Slot::Located(loc, Flags::default());
         let (entry, generation) = t.alloc(loc).unwrap();
-        assert_eq!(t.get(entry, generation), Some(loc));
-        assert_eq!(t.free(entry, generation), Some(loc));
+        assert_eq!(t.get(entry, generation), Some(located));
+        assert_eq!(t.free(entry, generation), Some(located));
         assert_eq!(t.free(entry, generation), None);
         let (entry2, generation2) = t.alloc(loc).unwrap();
         assert_eq!(entry2, entry);
         assert_ne!(generation2, generation);
         assert_eq!(t.get(entry, generation), None);
+    }
+
+    #[test]
+    fn aliases_are_live_but_not_located() {
+        let mut t = HandleTable::new();
+        let loc = Location { zspage: 1, obj: 2 };
+        let (anchor, _) = t.alloc(loc).unwrap();
+        t.set_flag(anchor, Flags::ANCHOR, true);
+        let (alias, g) = t.alloc_slot(Slot::Alias(anchor)).unwrap();
+        assert_eq!((t.live(), t.located()), (2, 1));
+        assert_eq!(t.get(alias, g), Some(Slot::Alias(anchor)));
+        t.relocate(anchor, Location { zspage: 5, obj: 0 });
+        assert_eq!(
+            t.slot(anchor),
+            Slot::Located(Location { zspage: 5, obj: 0 }, Flags::ANCHOR)
+        );
+        assert_eq!(t.iter_aliases().collect::<Vec<_>>(), vec![(alias, anchor)]);
+        assert_eq!(t.iter_located().count(), 1);
+        t.set(alias, Slot::Located(loc, Flags::WRITTEN));
+        assert_eq!((t.live(), t.located()), (2, 2));
+        assert_eq!(t.free(alias, g), Some(Slot::Located(loc, Flags::WRITTEN)));
+        assert_eq!((t.live(), t.located()), (1, 1));
     }
 }

@@ -10,9 +10,19 @@
 //! handles == objects in use; zspage count, object capacity and pages agree with the
 //! zspages and the lists. Per pool: pages in zspages == `total_pages()` == pages the page
 //! source has handed out.
+//!
+//! Shared objects (per class shard): only located entries (direct handles' and anchors')
+//! count as objects and own places, and with the kernel's layout a shared object's header
+//! names its anchor; every alias names a live anchor of its own table; an entry is an anchor
+//! exactly when it has a reference count, which equals the number of aliases naming it and
+//! is at least 1; every content-index value is a live located entry flagged `INDEXED`, and
+//! written, whose capacity bytes hash to its key now, and every `INDEXED` entry is one.
 
-use crate::handle::Handle;
+use crate::class::ClassGeometry;
+use crate::handle::{Flags, Handle};
 use crate::pool::Pool;
+use crate::shard::ShardInner;
+use crate::sharing::content_hash;
 use crate::sys::PAGE_SIZE;
 use crate::zspage::{fullness_group, header};
 
@@ -20,18 +30,21 @@ impl Pool {
     /// Checks the pool's identities; returns a description of the first one broken.
     ///
     /// Per zspage: `inuse + free + never-used == objs` (its own), its fullness group and
-    /// list position are right, every allocated object's header names a live handle that
-    /// points back at it. Per class: live handles == objects in use. Per pool: pages in
-    /// zspages == `total_pages()` == pages the page source has handed out.
+    /// list position are right, every allocated object's header names the live located
+    /// entry (direct handle or anchor) that points back at it. Per class: located entries
+    /// == objects in use; aliases, reference counts and the content index agree (see the
+    /// module docs). Per pool: pages in zspages == `total_pages()` == pages the page source
+    /// has handed out.
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut pages = 0;
-        for shard in self.shards.iter() {
+        for (pos, shard) in self.shards.iter().enumerate() {
             let g = shard.geom;
             let huge = g.is_huge();
             let inner = shard.inner.lock();
+            check_sharing(&g, &inner)?;
             // (zspage, object) -> handle entry, from the handle table; each place owned once.
             let mut owner = std::collections::BTreeMap::new();
-            for (entry, _, loc) in inner.handles.iter_live() {
+            for (entry, _, loc, _) in inner.handles.iter_located() {
                 let live = inner
                     .zspages
                     .get(loc.zspage as usize)
@@ -117,17 +130,13 @@ impl Pool {
                             g.index
                         ));
                     }
-                    if g.header > 0 {
-                        let h = Handle::from_raw(header(bytes, g.size, obj as usize));
-                        match h.decode() {
-                            Some((_, _, s)) if s == entry => {}
-                            _ => {
-                                return Err(format!(
-                                    "class {}: zspage {id}: object {obj} header {h} is not its handle (entry {entry})",
-                                    g.index
-                                ));
-                            }
-                        }
+                    let want = Handle::encode(pos, inner.handles.generation(entry), entry);
+                    let h = Handle::from_raw(header(bytes, g.size, obj as usize));
+                    if g.header > 0 && h != want {
+                        return Err(format!(
+                            "class {}: zspage {id}: object {obj} header {h} is not its handle {want}",
+                            g.index
+                        ));
                     }
                 }
                 inuse_sum += meta.inuse as usize;
@@ -136,11 +145,11 @@ impl Pool {
             if count != inner.zspage_count || listed != count {
                 return Err(format!("class {}: zspage count mismatch", g.index));
             }
-            if inuse_sum != inner.handles.live() {
+            if inuse_sum != inner.handles.located() {
                 return Err(format!(
-                    "class {}: {} live handles but {inuse_sum} objects in use",
+                    "class {}: {} located entries but {inuse_sum} objects in use",
                     g.index,
-                    inner.handles.live()
+                    inner.handles.located()
                 ));
             }
             if capacity != inner.capacity || zspage_pages != inner.pages {
@@ -160,4 +169,69 @@ impl Pool {
         }
         Ok(())
     }
+}
+
+/// The shared objects and the content index of one class shard (see the module docs).
+fn check_sharing(g: &ClassGeometry, inner: &ShardInner) -> Result<(), String> {
+    let class = g.index;
+    let sharing = &inner.sharing;
+    let mut indexed = 0;
+    for (entry, _, loc, flags) in inner.handles.iter_located() {
+        if flags.has(Flags::ANCHOR) != sharing.anchors.contains_key(&entry) {
+            return Err(format!(
+                "class {class}: entry {entry}: anchor flag and reference counts disagree"
+            ));
+        }
+        if flags.has(Flags::INDEXED) {
+            indexed += 1;
+            let hash = content_hash(inner.object(g, loc));
+            if sharing.index.get(&hash) != Some(&entry) || !flags.has(Flags::WRITTEN) {
+                return Err(format!(
+                    "class {class}: indexed entry {entry} is not the index's entry for its bytes"
+                ));
+            }
+        }
+    }
+    if indexed != sharing.index.len() {
+        return Err(format!(
+            "class {class}: {} index entries but {indexed} entries flagged indexed",
+            sharing.index.len()
+        ));
+    }
+    let mut refs = std::collections::HashMap::new();
+    for (entry, anchor) in inner.handles.iter_aliases() {
+        if !sharing.anchors.contains_key(&anchor) {
+            return Err(format!(
+                "class {class}: alias {entry} names entry {anchor}, not a live anchor"
+            ));
+        }
+        *refs.entry(anchor).or_insert(0u32) += 1;
+    }
+    let aliases: u32 = refs.values().sum();
+    if inner.handles.live() != inner.handles.located() + aliases as usize {
+        return Err(format!("class {class}: live entry count mismatch"));
+    }
+    for (&anchor, count) in &sharing.anchors {
+        let aliases = refs.get(&anchor).copied().unwrap_or(0);
+        if count.refs != aliases || aliases == 0 {
+            return Err(format!(
+                "class {class}: anchor {anchor} counts {} references but {aliases} aliases name it",
+                count.refs
+            ));
+        }
+    }
+    // Every anchor counted is a live located entry flagged as one (checked above from the
+    // entries' side; the counts' side: as many anchors flagged as counted).
+    let flagged = inner
+        .handles
+        .iter_located()
+        .filter(|(_, _, _, f)| f.has(Flags::ANCHOR))
+        .count();
+    if flagged != sharing.anchors.len() {
+        return Err(format!(
+            "class {class}: {} reference counts but {flagged} anchors",
+            sharing.anchors.len()
+        ));
+    }
+    Ok(())
 }

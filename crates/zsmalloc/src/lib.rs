@@ -6,7 +6,9 @@
 //! stable [`Handle`]s that survive compaction. Every class is split into *shards*, each
 //! with its own lock; the lock order is documented in [`pool`]. Zspages are carved from
 //! large anonymous mappings and an emptied zspage's pages go back to the OS at once
-//! ([`sys`]), so the process's resident memory follows [`Pool::total_pages`].
+//! ([`sys`]), so the process's resident memory follows [`Pool::total_pages`]. Several
+//! handles may name one object: [`Pool::share`], inline deduplication
+//! ([`Pool::malloc_dedup`]) and folding of identical objects ([`Pool::fold`], seed 004).
 //!
 //! ```
 //! let pool = zsmalloc::Pool::new(8).unwrap();
@@ -30,6 +32,7 @@ pub mod sys;
 // Names and places: handles, zspages, class shards.
 mod handle;
 mod shard;
+mod sharing;
 mod zspage;
 
 // The pool and its mechanisms, one file each (each an `impl Pool`).
@@ -38,6 +41,7 @@ mod compact;
 pub mod fold;
 mod invariants;
 pub mod pool;
+mod share;
 pub mod stats;
 
 // Errors, and the interface alternative allocators will share.

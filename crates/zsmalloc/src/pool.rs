@@ -9,6 +9,9 @@
 //! - `alloc`: `malloc`, `write`, `read`, `with_object`, `free` (`zs_malloc`/`obj_malloc`,
 //!   `zs_obj_write`, `zs_obj_read_begin`, `zs_free`/`obj_free`);
 //! - `compact`: `compact`, shortening, the object index and `migrate_zspage`;
+//! - `sharing`, `share`, `fold`: shared objects (several handles, one object), inline
+//!   deduplication and folding (seed 004): a shard's anchors and content index, and the
+//!   operations on them;
 //! - `stats`: the class table rows, metadata and the freeable/shortenable counts
 //!   (`zs_stats_size_show`, `zs_can_compact`);
 //! - `invariants`: [`Pool::check_invariants`].
@@ -18,7 +21,7 @@
 //! 1. a class-shard lock (`ClassShard::inner`) — protects everything of one class shard:
 //!    its zspages (their memory and bookkeeping), fullness lists and handle table. At most
 //!    one is held at a time. Object copies (at most 4 KiB) happen under it; compaction
-//!    takes it per batch of steps and lets go in between.
+//!    and folding take it per batch of steps and let go in between.
 //! 2. the page-source lock (`sys::PageSource`) — a leaf, never held while taking another.
 //!    Zspage pages are obtained and given back without the class-shard lock held.
 //!
@@ -58,6 +61,9 @@ pub struct Pool {
     pub(crate) pages_allocated: CachePadded<AtomicUsize>,
     /// Pages freed by compaction so far.
     pub(crate) pages_compacted: AtomicU64,
+    /// Pages freed by folding so far (its compaction included, which `pages_compacted`
+    /// does not count).
+    pub(crate) pages_folded: AtomicU64,
 }
 
 impl Pool {
@@ -87,6 +93,7 @@ impl Pool {
             source: PageSource::new(config.populate, config.page_cache_pages),
             pages_allocated: CachePadded::new(AtomicUsize::new(0)),
             pages_compacted: AtomicU64::new(0),
+            pages_folded: AtomicU64::new(0),
         })
     }
 

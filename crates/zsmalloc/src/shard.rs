@@ -4,8 +4,9 @@
 //! Representation. A [`ClassShard`] is a class's geometry and a lock over its
 //! [`ShardInner`]: zspages by id (a free id holds `None` and is reused), one list of zspage
 //! ids per fullness group (each zspage records its group and its position in that list, so
-//! it moves between lists in O(1)), the shard's handle table, and counters. Everything of
-//! the shard is guarded by that one lock.
+//! it moves between lists in O(1)), the shard's handle table, its shared objects' reference
+//! counts and content index ([`Sharing`]), and counters. Everything of the shard is guarded
+//! by that one lock.
 //!
 //! Invariants (checked by `Pool::check_invariants`): every live zspage is in exactly the
 //! list of the group its in-use count calls for, at the position it records; no empty
@@ -26,7 +27,8 @@ use std::sync::atomic::Ordering;
 use crossbeam_utils::CachePadded;
 
 use crate::class::{ClassGeometry, ClassTable, NUM_CLASSES};
-use crate::handle::{HandleTable, MAX_CLASS_SHARDS};
+use crate::handle::{Flags, HandleTable, Location, MAX_CLASS_SHARDS, MAX_ZSPAGES, Slot};
+use crate::sharing::Sharing;
 use crate::sync::{AtomicBool, Mutex, MutexGuard};
 use crate::sys::PageRun;
 use crate::zspage::{GROUP_EMPTY, GROUP_FULL, NR_GROUPS, ZsPage, fullness_group};
@@ -53,12 +55,15 @@ pub(crate) struct ShardInner {
     /// Fullness lists of zspage ids (the newest at the end).
     pub groups: [Vec<u32>; NR_GROUPS],
     pub handles: HandleTable,
+    /// Anchors' reference counts and the content index.
+    pub sharing: Sharing,
     pub zspage_count: usize,
     /// Objects all the zspages hold, and their pages (short zspages hold fewer).
     pub capacity: usize,
     pub pages: usize,
-    /// Bumped by every malloc and free: compaction keeps its object index across lock
-    /// holds while nothing else changed the shard.
+    /// Bumped by every change of which entries locate which objects (malloc, free,
+    /// sharing, folding): compaction keeps its object index across lock holds while
+    /// nothing else changed the shard.
     pub epoch: u64,
 }
 
@@ -69,6 +74,7 @@ impl ShardInner {
             free_ids: Vec::new(),
             groups: Default::default(),
             handles: HandleTable::new(),
+            sharing: Sharing::default(),
             zspage_count: 0,
             capacity: 0,
             pages: 0,
@@ -132,6 +138,8 @@ impl ShardInner {
                 id
             }
             None => {
+                // Every kept zspage holds an object, so there are fewer than entries.
+                assert!(self.zspages.len() < MAX_ZSPAGES, "zspage ids exhausted");
                 self.zspages.push(Some(meta));
                 (self.zspages.len() - 1) as u32
             }
@@ -178,10 +186,72 @@ impl ShardInner {
             .find(|&id| Some(id) != except)
     }
 
-    /// Objects in use.
+    /// Objects in use (located entries: an object several handles name counts once).
     #[inline]
     pub fn obj_used(&self) -> usize {
-        self.handles.live()
+        self.handles.located()
+    }
+
+    /// Where the object a caller's handle (`entry`, `generation`) names is: `None` when the
+    /// handle is stale, or names an anchor (never handed out, so forged).
+    #[inline]
+    pub fn resolve(&self, entry: u32, generation: u64) -> Option<Resolved> {
+        match self.handles.get(entry, generation)? {
+            Slot::Located(_, flags) if flags.has(Flags::ANCHOR) => None,
+            Slot::Located(loc, flags) => Some(Resolved::Direct(loc, flags)),
+            Slot::Alias(anchor) => Some(Resolved::Alias {
+                anchor,
+                loc: self.handles.location(anchor),
+            }),
+        }
+    }
+
+    /// The capacity bytes of the object at `loc` (after its header, if any).
+    #[inline]
+    pub fn object(&self, geom: &ClassGeometry, loc: Location) -> &[u8] {
+        let off = loc.obj as usize * geom.size + geom.header;
+        &self.meta(loc.zspage).run.bytes()[off..off + geom.capacity()]
+    }
+
+    /// The capacity bytes of the object at `loc`, to write.
+    #[inline]
+    pub fn object_mut(&mut self, geom: &ClassGeometry, loc: Location) -> &mut [u8] {
+        let off = loc.obj as usize * geom.size + geom.header;
+        &mut self.meta_mut(loc.zspage).run.bytes_mut()[off..off + geom.capacity()]
+    }
+
+    /// Gives the object slot at `loc` back to its zspage (whose entry is already gone); a
+    /// zspage left empty is unlinked and its pages returned, for the caller to release after
+    /// unlocking (`obj_free` and the empty half of `free_zspage`).
+    pub fn release_object(&mut self, geom: &ClassGeometry, loc: Location) -> Option<PageRun> {
+        let meta = self.meta_mut(loc.zspage);
+        if meta.inuse == 1 {
+            meta.inuse = 0;
+            Some(self.remove_zspage(loc.zspage))
+        } else {
+            meta.put_free(geom.size, geom.is_huge(), loc.obj);
+            self.fix_group(loc.zspage);
+            None
+        }
+    }
+}
+
+/// Where a caller's handle leads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Resolved {
+    /// An object only this handle names: its place and flags.
+    Direct(Location, Flags),
+    /// A shared object: its anchor entry and its place.
+    Alias { anchor: u32, loc: Location },
+}
+
+impl Resolved {
+    /// The object's place.
+    #[inline]
+    pub fn location(self) -> Location {
+        match self {
+            Resolved::Direct(loc, _) | Resolved::Alias { loc, .. } => loc,
+        }
     }
 }
 
@@ -227,7 +297,7 @@ impl Shards {
     }
 
     /// Every shard, in position order.
-    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &ClassShard> {
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &ClassShard> + ExactSizeIterator {
         self.all.iter().map(|s| &**s)
     }
 

@@ -43,7 +43,9 @@ pub struct PoolStats {
     pub pages_allocated: usize,
     /// Pages freed by compaction since the pool was made.
     pub pages_compacted: u64,
-    /// Objects in use.
+    /// Pages freed by folding since the pool was made (seed 004's `pages_folded`).
+    pub pages_folded: u64,
+    /// Objects in use (an object several handles name counts once).
     pub obj_used: usize,
     /// Objects all zspages hold (used or free).
     pub obj_allocated: usize,
@@ -118,6 +120,7 @@ impl Pool {
         PoolStats {
             pages_allocated: self.total_pages(),
             pages_compacted: self.pages_compacted.load(Ordering::Relaxed),
+            pages_folded: self.pages_folded(),
             obj_used: class_stats.iter().map(|c| c.obj_used).sum(),
             obj_allocated: class_stats.iter().map(|c| c.obj_allocated).sum(),
             metadata_bytes: self.metadata_bytes(),
@@ -164,7 +167,9 @@ impl Pool {
     }
 
     /// Bytes of bookkeeping held outside the zspages: zspage metas, fullness lists, handle
-    /// tables and class-shard structures.
+    /// tables, shared objects' reference counts and content indexes (see
+    /// [`ShareStats::index_bytes`](crate::ShareStats::index_bytes)) and class-shard
+    /// structures.
     pub fn metadata_bytes(&self) -> usize {
         let per_shard: usize = self
             .shards
@@ -175,6 +180,7 @@ impl Pool {
                     + inner.free_ids.capacity() * 4
                     + inner.groups.iter().map(|g| g.capacity() * 4).sum::<usize>()
                     + inner.handles.metadata_bytes()
+                    + inner.sharing.metadata_bytes()
             })
             .sum();
         per_shard + self.shards.struct_bytes()

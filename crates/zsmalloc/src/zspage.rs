@@ -9,7 +9,7 @@
 //! Object layout (non-huge classes): a free object's first 8 bytes hold the index of the
 //! next free object (top bits zero). With the kernel's layout (`Header::Handle`) the first 8
 //! bytes of an allocated object hold its handle (little endian, with the handle magic in its
-//! top bits) and the caller's bytes follow; with `Header::Omitted` an allocated object holds
+//! top bits; for a shared object, its anchor's) and the caller's bytes follow; with `Header::Omitted` an allocated object holds
 //! the caller's bytes alone. Objects at or past `fresh` have never been used and are not
 //! linked. Huge classes (one object per one-page zspage) keep no header and no link: their
 //! one object is free or not.

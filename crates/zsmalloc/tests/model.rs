@@ -212,11 +212,10 @@ impl Harness {
                     self.pool
                         .write(h, &data)
                         .map_err(|e| fail(format!("write: {e}")))?;
+                    // A write zero-fills the rest of the object: its whole capacity reads so.
                     let m = self.model.get_mut(&h).unwrap();
-                    if m.len() < data.len() {
-                        m.resize(data.len(), 0);
-                    }
-                    m[..data.len()].copy_from_slice(&data);
+                    *m = data;
+                    m.resize(cap, 0);
                     self.verify(h)?;
                 }
             }

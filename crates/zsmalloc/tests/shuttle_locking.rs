@@ -1,6 +1,7 @@
 //! Model-checks the locking protocol with `shuttle`: malloc, write, read and free racing with
-//! compaction on a small pool, under many thread interleavings. Every read must return what
-//! its thread wrote and the pool's identities must hold at the end.
+//! compaction on a small pool, and folding racing with `free_shared`, `share`,
+//! `malloc_dedup`, compaction and readers, under many thread interleavings. Every read must
+//! return what its thread wrote and the pool's identities must hold at the end.
 //!
 //! Built only with `--cfg shuttle` (the crate's `sync` shim then uses shuttle's locks):
 //! `RUSTFLAGS="--cfg shuttle" cargo test -p zsmalloc --release --test shuttle_locking`.
@@ -218,4 +219,145 @@ fn churn_random_schedules() {
         },
         20_000,
     );
+}
+
+/// Schedules of the folding scenario, and those in which the racing `fold` folded.
+static FOLD_RUNS: AtomicUsize = AtomicUsize::new(0);
+static FOLDED: AtomicUsize = AtomicUsize::new(0);
+
+/// Content `tag` of `len` bytes, the same for every object that holds it.
+fn content(tag: u8, len: usize) -> Vec<u8> {
+    (0..len).map(|i| tag.wrapping_mul(41) ^ i as u8).collect()
+}
+
+/// Folding while handles are freed, shared and deduplicated, objects compacted and read.
+fn fold_scenario_with(config: PoolConfig) {
+    let big = BIG + 8 - config.header.bytes();
+    let pool = Arc::new(
+        Pool::with_config(PoolConfig {
+            populate: false,
+            shards: 1,
+            ..config
+        })
+        .unwrap(),
+    );
+    let (a, b) = (content(1, big), content(2, big));
+    // Contents A B A B A B: two zspages of three objects; B's second copy goes, so
+    // compaction has a hole to fill; one B handle is shared.
+    let hs: Vec<Handle> = [&a, &b, &a, &b, &a, &b]
+        .iter()
+        .map(|data| {
+            let h = pool.malloc(big).unwrap();
+            pool.write(h, data).unwrap();
+            h
+        })
+        .collect();
+    let [a0, b0, a1, b1, a2, b2]: [Handle; 6] = hs.try_into().unwrap();
+    pool.free(b1).unwrap();
+    let b3 = pool.share(b0).unwrap();
+    pool.check_invariants().unwrap();
+
+    let folder = {
+        let pool = Arc::clone(&pool);
+        thread::spawn(move || pool.fold())
+    };
+    let compactor = {
+        let pool = Arc::clone(&pool);
+        thread::spawn(move || pool.compact())
+    };
+    let freer = {
+        let pool = Arc::clone(&pool);
+        let a = a.clone();
+        thread::spawn(move || {
+            // Other handles name B's object and (folded or not) A's copies stay.
+            assert!(!pool.free_shared(b3).unwrap());
+            pool.free_shared(a1).unwrap();
+            assert!(pool.free_shared(a1).is_err(), "double free accepted");
+            // A copy of A that the racing fold may be folding right now.
+            let a4 = pool.share(a2).unwrap();
+            let (a3, _) = pool.malloc_dedup(&a).unwrap();
+            check(&pool, a3, &a);
+            vec![a4, a3]
+        })
+    };
+    let reader = {
+        let pool = Arc::clone(&pool);
+        let (a, b) = (a.clone(), b.clone());
+        thread::spawn(move || {
+            check(&pool, a0, &a);
+            check(&pool, b0, &b);
+            assert!(pool.with_object(a2, big, |bytes| bytes == &a[..]).unwrap());
+            check(&pool, b2, &b);
+        })
+    };
+
+    let report = folder.join().unwrap();
+    compactor.join().unwrap();
+    reader.join().unwrap();
+    let mut live = vec![(a0, &a), (a2, &a), (b0, &b), (b2, &b)];
+    let [a4, a3]: [Handle; 2] = freer.join().unwrap().try_into().unwrap();
+    live.extend([(a4, &a), (a3, &a)]);
+    FOLD_RUNS.fetch_add(1, Ordering::Relaxed);
+    if report.objects_folded > 0 {
+        FOLDED.fetch_add(1, Ordering::Relaxed);
+    }
+    assert_eq!(pool.pages_folded(), report.pages_freed);
+
+    pool.check_invariants().unwrap();
+    for &(h, data) in &live {
+        check(&pool, h, data);
+    }
+    // Once more without racing: one object per content is left, but where two objects
+    // of a content were both shared already (anchors are never folded into each other).
+    pool.fold();
+    pool.check_invariants().unwrap();
+    for content in [&a, &b] {
+        let of: Vec<Handle> = live
+            .iter()
+            .filter(|(_, d)| *d == content)
+            .map(|&(h, _)| h)
+            .collect();
+        let mut ids: Vec<u64> = of.iter().map(|&h| pool.object_id(h).unwrap()).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        if ids.len() > 1 {
+            for &h in &of {
+                assert!(
+                    pool.write(h, content).is_err(),
+                    "an unshared duplicate was left"
+                );
+            }
+        }
+    }
+    assert!((2..=3).contains(&pool.stats().obj_used));
+    for &(h, data) in &live {
+        check(&pool, h, data);
+    }
+    for (h, _) in live {
+        pool.free_shared(h).unwrap();
+    }
+    pool.check_invariants().unwrap();
+    assert_eq!(pool.total_pages(), 0);
+}
+
+#[test]
+fn fold_races_free_share_dedup_compaction_and_readers() {
+    shuttle::check_random(|| fold_scenario_with(PoolConfig::seed(4)), 20_000);
+    shuttle::check_pct(|| fold_scenario_with(PoolConfig::seed(4)), 20_000, 3);
+    shuttle::check_random(
+        || {
+            fold_scenario_with(PoolConfig {
+                chain_size: 4,
+                ..PoolConfig::default()
+            })
+        },
+        10_000,
+    );
+    let (runs, folded) = (
+        FOLD_RUNS.load(Ordering::Relaxed),
+        FOLDED.load(Ordering::Relaxed),
+    );
+    println!("{runs} schedules, the racing fold folded in {folded}");
+    assert_eq!(runs, 50_000);
+    assert!(folded > 0, "the racing fold never folded");
 }

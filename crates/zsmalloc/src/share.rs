@@ -1,0 +1,246 @@
+//! Shared objects: several handles naming one stored object (`share`, `free_shared`,
+//! `refs`, `object_id`), and inline deduplication (`malloc_dedup`); folding (`fold.rs`)
+//! uses the same steps.
+//!
+//! An object becomes shared by getting an *anchor*: a new entry of its shard's handle
+//! table, never handed out, that locates the object (it takes over the object's flags and,
+//! with the kernel's layout, its header, which then names the anchor). The entry of the
+//! handle that located it so far becomes an *alias* of the anchor, and so does every
+//! handle issued for the object later; the anchor's reference count, in the shard's
+//! [`Sharing`](crate::sharing::Sharing), counts its aliases. Reads go through the alias to
+//! the anchor's location, so compaction moves a shared object once (it only sees located
+//! entries). Freeing an alias drops one reference; the last takes the anchor and the
+//! object with it. A shared object is read-only for good (`write` refuses its handles with
+//! [`Error::Shared`]), even when one handle is left: its anchor stays until the object
+//! goes.
+//!
+//! Every step is one hold of the handle's class-shard lock, and every handle naming an
+//! object lives in the object's class shard (a handle names its shard), so sharing never
+//! crosses shards: `malloc_dedup` looks only in the shard `malloc` would use.
+
+use std::collections::hash_map::Entry;
+
+use crate::class::{ClassGeometry, MAX_ALLOC_SIZE};
+use crate::error::{Error, Result};
+use crate::fold::ShareStats;
+use crate::handle::{Flags, Handle, Slot};
+use crate::pool::{Pool, check_size};
+use crate::shard::{Resolved, ShardInner};
+use crate::sharing::{Anchor, content_hash};
+use crate::zspage::set_header;
+
+impl ShardInner {
+    /// Takes an indexed located entry out of the content index (its bytes are about to
+    /// change or go); the key is the hash of its bytes now.
+    pub fn unindex(&mut self, geom: &ClassGeometry, entry: u32) {
+        let hash = content_hash(self.object(geom, self.handles.location(entry)));
+        if self.sharing.index.get(&hash) == Some(&entry) {
+            self.sharing.index.remove(&hash);
+        }
+        self.handles.set_flag(entry, Flags::INDEXED, false);
+    }
+
+    /// Makes the object of the direct entry `entry` (of class shard `pos`) shared: a new
+    /// anchor locates it, with its flags and (with headers) in its header, and `entry`
+    /// becomes the anchor's one alias; an index entry follows the object to the anchor.
+    /// Returns the anchor, or `None` when the handle table is full (nothing changed).
+    pub fn make_shared(&mut self, pos: usize, geom: &ClassGeometry, entry: u32) -> Option<u32> {
+        let Slot::Located(loc, flags) = self.handles.slot(entry) else {
+            unreachable!("sharing alias entry {entry}")
+        };
+        debug_assert!(!flags.has(Flags::ANCHOR));
+        let anchored = Slot::Located(loc, flags.with(Flags::ANCHOR, true));
+        let (anchor, anchor_gen) = self.handles.alloc_slot(anchored)?;
+        if geom.header > 0 {
+            let name = Handle::encode(pos, anchor_gen, anchor).to_raw();
+            let meta = self.meta_mut(loc.zspage);
+            set_header(meta.run.bytes_mut(), geom.size, loc.obj as usize, name);
+        }
+        let id = Handle::encode(pos, self.handles.generation(entry), entry).to_raw();
+        self.handles.set(entry, Slot::Alias(anchor));
+        self.sharing.anchors.insert(anchor, Anchor { refs: 1, id });
+        if flags.has(Flags::INDEXED) {
+            let hash = content_hash(self.object(geom, loc));
+            if let Some(owner) = self.sharing.index.get_mut(&hash)
+                && *owner == entry
+            {
+                *owner = anchor;
+            }
+        }
+        self.epoch += 1;
+        Some(anchor)
+    }
+
+    /// A new alias of `anchor`: `(entry, generation)`, or `None` when the table is full.
+    pub fn add_alias(&mut self, anchor: u32) -> Option<(u32, u64)> {
+        let issued = self.handles.alloc_slot(Slot::Alias(anchor))?;
+        self.anchor_mut(anchor).refs += 1;
+        self.epoch += 1;
+        Some(issued)
+    }
+
+    /// The bookkeeping of a live anchor.
+    pub fn anchor_mut(&mut self, anchor: u32) -> &mut Anchor {
+        self.sharing
+            .anchors
+            .get_mut(&anchor)
+            .unwrap_or_else(|| unreachable!("anchor entry {anchor} has no count"))
+    }
+
+    /// The anchor of the shared object the direct or anchor entry `owner` locates, making
+    /// the object shared if it is not yet; `None` when the table is full.
+    pub fn anchor_of(&mut self, pos: usize, geom: &ClassGeometry, owner: u32) -> Option<u32> {
+        match self.handles.slot(owner) {
+            Slot::Located(_, flags) if flags.has(Flags::ANCHOR) => Some(owner),
+            _ => self.make_shared(pos, geom, owner),
+        }
+    }
+}
+
+impl Pool {
+    /// Another handle naming the object `handle` names. The object becomes shared: it is
+    /// read-only (`write` through any of its handles fails with [`crate::Error::Shared`])
+    /// and it is freed with its last handle.
+    pub fn share(&self, handle: Handle) -> Result<Handle> {
+        let (pos, shard, entry, generation) = self.shard_of(handle)?;
+        let geom = shard.geom;
+        let mut inner = shard.inner.lock();
+        let anchor = match inner
+            .resolve(entry, generation)
+            .ok_or(Error::StaleHandle(handle))?
+        {
+            Resolved::Alias { anchor, .. } => anchor,
+            Resolved::Direct(..) => inner
+                .make_shared(pos, &geom, entry)
+                .ok_or(Error::TooManyObjects)?,
+        };
+        let (entry, generation) = inner.add_alias(anchor).ok_or(Error::TooManyObjects)?;
+        Ok(Handle::encode(pos, generation, entry))
+    }
+
+    /// Frees one handle; returns `true` when the object went with it (it was the last handle
+    /// naming it), `false` when other handles still name it. A stale handle fails.
+    pub fn free_shared(&self, handle: Handle) -> Result<bool> {
+        let (_, shard, entry, generation) = self.shard_of(handle)?;
+        let geom = shard.geom;
+        let released = {
+            let mut inner = shard.inner.lock();
+            let resolved = inner
+                .resolve(entry, generation)
+                .ok_or(Error::StaleHandle(handle))?;
+            // The located entry going with the object, if it goes.
+            let owner = match resolved {
+                Resolved::Direct(..) => entry,
+                Resolved::Alias { anchor, .. } => {
+                    inner.handles.free(entry, generation);
+                    let count = inner.anchor_mut(anchor);
+                    count.refs -= 1;
+                    if count.refs > 0 {
+                        inner.epoch += 1;
+                        return Ok(false);
+                    }
+                    inner.sharing.anchors.remove(&anchor);
+                    anchor
+                }
+            };
+            let Slot::Located(loc, flags) = inner.handles.slot(owner) else {
+                unreachable!("entry {owner} resolved to an object")
+            };
+            if flags.has(Flags::INDEXED) {
+                inner.unindex(&geom, owner);
+            }
+            let owner_gen = inner.handles.generation(owner);
+            inner.handles.free(owner, owner_gen);
+            inner.epoch += 1;
+            inner.release_object(&geom, loc)
+        };
+        if let Some(run) = released {
+            self.release(run);
+        }
+        Ok(true)
+    }
+
+    /// Handles naming the object `handle` names (1 for an object nobody shares).
+    pub fn refs(&self, handle: Handle) -> Result<u32> {
+        let (_, shard, entry, generation) = self.shard_of(handle)?;
+        let mut inner = shard.inner.lock();
+        match inner.resolve(entry, generation) {
+            None => Err(Error::StaleHandle(handle)),
+            Some(Resolved::Direct(..)) => Ok(1),
+            Some(Resolved::Alias { anchor, .. }) => Ok(inner.anchor_mut(anchor).refs),
+        }
+    }
+
+    /// A number naming the stored object behind `handle`: equal for every handle that names
+    /// the same object, different for different live objects, stable while the object
+    /// lives (compaction does not change it).
+    ///
+    /// It is the raw value of the handle that named the object before it was shared (so
+    /// sharing does not change it either); like handles, ids of objects that lived at
+    /// different times may repeat only after 2^19 reuses of a handle-table entry.
+    pub fn object_id(&self, handle: Handle) -> Result<u64> {
+        let (_, shard, entry, generation) = self.shard_of(handle)?;
+        let mut inner = shard.inner.lock();
+        match inner.resolve(entry, generation) {
+            None => Err(Error::StaleHandle(handle)),
+            Some(Resolved::Direct(..)) => Ok(handle.to_raw()),
+            Some(Resolved::Alias { anchor, .. }) => Ok(inner.anchor_mut(anchor).id),
+        }
+    }
+
+    /// Stores `data` (1..=4096 bytes): in a new object, or — when an object of the same
+    /// class shard in the content index holds the same bytes (found by hash, checked in
+    /// full) — as another handle to that object. Returns the handle and whether it shares.
+    ///
+    /// A new object is written (as by [`Pool::write`]) and, unless another object already
+    /// holds its hash in the index, indexed. Either way the object may become shared by a
+    /// later `malloc_dedup` or `fold`, so callers must not rewrite it in place.
+    pub fn malloc_dedup(&self, data: &[u8]) -> Result<(Handle, bool)> {
+        check_size(data.len())?;
+        let class_pos = self.table.position_for(data.len());
+        let capacity = self.table.classes()[class_pos].capacity();
+        // The object's bytes as stored: `data`, zero-filled to the capacity.
+        let mut stored = [0u8; MAX_ALLOC_SIZE];
+        stored[..data.len()].copy_from_slice(data);
+        let stored = &stored[..capacity];
+        let hash = content_hash(stored);
+        let (pos, shard, mut inner) = self.shards.lock_for_malloc(class_pos);
+        let geom = shard.geom;
+        if let Some(&owner) = inner.sharing.index.get(&hash)
+            && inner.object(&geom, inner.handles.location(owner)) == stored
+        {
+            let anchor = inner
+                .anchor_of(pos, &geom, owner)
+                .ok_or(Error::TooManyObjects)?;
+            let (entry, generation) = inner.add_alias(anchor).ok_or(Error::TooManyObjects)?;
+            return Ok((Handle::encode(pos, generation, entry), true));
+        }
+        let (handle, loc, mut inner) = self.malloc_in(pos, shard, inner)?;
+        let entry = handle.decode().map_or(0, |(_, _, entry)| entry);
+        inner.object_mut(&geom, loc).copy_from_slice(stored);
+        let mut flags = Flags::WRITTEN;
+        // A hash already taken (by other bytes, or by the same bytes stored meanwhile while
+        // the lock was let go for new pages) keeps its object: this one stays out.
+        if let Entry::Vacant(slot) = inner.sharing.index.entry(hash) {
+            slot.insert(entry);
+            flags = flags.with(Flags::INDEXED, true);
+        }
+        inner.handles.set(entry, Slot::Located(loc, flags));
+        Ok((handle, false))
+    }
+
+    /// Shared objects and the content index, now.
+    pub fn share_stats(&self) -> ShareStats {
+        let mut stats = ShareStats::default();
+        for shard in self.shards.iter() {
+            let inner = shard.inner.lock();
+            for anchor in inner.sharing.anchors.values().filter(|a| a.refs > 1) {
+                stats.shared_objects += 1;
+                stats.extra_handles += u64::from(anchor.refs - 1);
+            }
+            stats.index_entries += inner.sharing.index.len() as u64;
+            stats.index_bytes += inner.sharing.metadata_bytes() as u64;
+        }
+        stats
+    }
+}
