@@ -9,6 +9,7 @@
 //! - `same`: same-filled pages;
 //! - `post`: the slot changes of post-processing (stream out, switch to the file, re-encode);
 //! - [`pp`]: post-processing: choosing slots, the `idle`/`writeback`/`recompress` arguments;
+//! - `shared`: the shared objects a pass met (seed 004), so that it works on each once;
 //! - [`writeback`]: moving slots to the backing file;
 //! - [`recompress`]: re-encoding slots with a secondary algorithm;
 //! - [`policy`]: automatic recompression and writeback in rounds (beyond the kernel);
@@ -23,7 +24,7 @@
 //! - `sys`: the zeroed slot table from the OS (the crate's only `unsafe`).
 //!
 //! Files import only files below them in this order: device → policy → (writeback, recompress) →
-//! pp → post → store → (backing, chain, same, slot, comp, stats) → (error, size, sys).
+//! (pp, shared) → post → store → (backing, chain, same, slot, comp, stats) → (error, size, sys).
 //!
 //! Lock order: slot lock → (compressor context: per thread, no lock | zsmalloc class-shard
 //! lock → page-source lock).
@@ -43,6 +44,7 @@ mod post;
 pub mod pp;
 pub mod recompress;
 mod same;
+mod shared;
 pub mod size;
 pub mod slot;
 pub mod stats;

@@ -1,6 +1,7 @@
 //! The slot changes post-processing makes, each on a locked slot: copying out its stored
-//! stream, switching it to its written-back copy, replacing its stream by a recompressed
-//! one, flags, and idle marking. Counters move as `store.rs` states them: a written-back slot
+//! stream, switching it to its written-back copy (its own, or one it shares with slots
+//! naming the same object), replacing its stream by a recompressed one (new, or shared),
+//! flags, and idle marking. Counters move as `store.rs` states them: a written-back slot
 //! stays counted in `orig_data_size` (`pages_stored`) and leaves `compr_data_size` and
 //! `huge_pages`.
 
@@ -19,8 +20,10 @@ pub(crate) fn stream_of(store: &Store, g: &SlotGuard<'_>, buf: &mut Vec<u8>) -> 
 }
 
 /// Switches the locked slot, whose stream was written to the backing file at
-/// `offset`, to that copy: its objects are freed, its data stays counted.
-pub(crate) fn switch_to_backing(store: &Store, g: &mut SlotGuard<'_>, offset: u64) {
+/// `offset`, to that copy: its objects are freed (its handle, when the object is shared),
+/// its data stays counted. `wrote`: the copy was written for it (`bd_writes` and
+/// `bd_write_bytes` count it), rather than for another slot naming the same shared object.
+pub(crate) fn switch_to_backing(store: &Store, g: &mut SlotGuard<'_>, offset: u64, wrote: bool) {
     let e = g.get();
     let pages = store.pages(g.index());
     crate::chain::free(store.pool(), Handle::from_raw(e.handle), e.len);
@@ -36,35 +39,51 @@ pub(crate) fn switch_to_backing(store: &Store, g: &mut SlotGuard<'_>, offset: u6
         ac_time: e.ac_time,
     });
     Counters::add(&store.counters().bd_count, pages);
-    Counters::add(&store.counters().bd_writes, pages);
-    Counters::add(&store.counters().bd_write_bytes, e.len as u64);
+    if wrote {
+        Counters::add(&store.counters().bd_writes, pages);
+        Counters::add(&store.counters().bd_write_bytes, e.len as u64);
+    }
 }
 
 /// Replaces the locked slot's stream by `stream`, encoded with priority `prio`
-/// (recompression: not an access, so the access time and idle mark stay).
+/// (recompression: not an access, so the access time and idle mark stay); returns the new
+/// stream's first handle.
 pub(crate) fn replace_stream(
     store: &Store,
     g: &mut SlotGuard<'_>,
     stream: &[u8],
     prio: u8,
-) -> Result<()> {
+) -> Result<Handle> {
+    let head = crate::chain::write(store.pool(), stream, |size| store.alloc(size))?;
+    replace_with(store, g, head, stream.len(), prio);
+    Ok(head)
+}
+
+/// Replaces the locked slot's stream by the `len`-byte one at `head` (a handle the slot
+/// now owns: a new stream, or another handle to a shared one), encoded with priority
+/// `prio`; as [`replace_stream`], not an access.
+pub(crate) fn replace_with(
+    store: &Store,
+    g: &mut SlotGuard<'_>,
+    head: Handle,
+    len: usize,
+    prio: u8,
+) {
     let e = g.get();
     let pages = store.pages(g.index());
-    let head = crate::chain::write(store.pool(), stream, |size| store.alloc(size))?;
     crate::chain::free(store.pool(), Handle::from_raw(e.handle), e.len);
     Counters::sub(&store.counters().compr_data_size, e.len as u64);
-    Counters::add(&store.counters().compr_data_size, stream.len() as u64);
+    Counters::add(&store.counters().compr_data_size, len as u64);
     if e.flags.contains(Flags::HUGE) {
         Counters::sub(&store.counters().huge_pages, pages);
     }
     g.set(SlotEntry {
         handle: head.to_raw(),
-        len: stream.len(),
+        len,
         flags: e.flags.without(Flags::HUGE),
         prio,
         ac_time: e.ac_time,
     });
-    Ok(())
 }
 
 /// Sets or clears `flag` on the locked slot.

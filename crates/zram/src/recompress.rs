@@ -15,13 +15,31 @@
 //!   never tried again.
 //! - Recompression is not an access: the access time and idle mark stay. Reads decode
 //!   each slot with its own priority's algorithm.
+//!
+//! # Shared objects (seed 004, beyond the kernel)
+//!
+//! Slots may name one stored object through different handles (after `fold`, or with
+//! `dedup`). A pass encodes such an object once: the first eligible slot naming it is
+//! re-encoded as above, and the result is remembered for the object ([`crate::shared`]:
+//! keyed by its id, its stream's length, the slot's length and its priority, which is all
+//! the result depends on). A later slot of the pass naming the same object, if eligible
+//! itself (eligibility, flags and idle marks stay per slot), takes the same result without
+//! running the codec: a new handle to the first slot's new object (which stays shared, and
+//! its old handle is let go), or, when the new encoding was not kept, the same verdict
+//! (marked incompressible at the top priority). If the first slot's new object is gone
+//! meanwhile (it was rewritten), the slot is encoded itself. Counters and the report count
+//! every slot as before (`compr_data_size` stays the sum of slot lengths); `shared` and
+//! `codec_runs` tell the encodings saved.
+
+use zsmalloc::Handle;
 
 use crate::PAGE_SIZE;
 use crate::chain::links;
 use crate::error::{Error, Result};
 use crate::post;
 use crate::pp::{Mode, RecompressRequest, select};
-use crate::slot::Flags;
+use crate::shared::Seen;
+use crate::slot::{Flags, SlotGuard};
 use crate::stats::Counters;
 use crate::store::Store;
 
@@ -36,7 +54,28 @@ pub struct RecompressReport {
     pub incompressible: u64,
     /// Stream bytes saved (old lengths minus new).
     pub saved_bytes: u64,
+    /// Slots re-encoded by taking a new handle to the object an identical shared one was
+    /// re-encoded into earlier in the pass (counted in `recompressed` too).
+    #[serde(default)]
+    pub shared: u64,
+    /// Slots the codec encoded: `attempts` less those that took the result of an
+    /// identical shared object the pass had already tried.
+    #[serde(default)]
+    pub codec_runs: u64,
 }
+
+/// What a pass did with a shared object.
+#[derive(Debug, Clone, Copy)]
+enum Verdict {
+    /// Its new encoding lands in no smaller class: the slots keep it.
+    Kept,
+    /// Re-encoded into the stream of `len` bytes at `head` (the first slot's handle).
+    Replaced { head: Handle, len: usize },
+}
+
+/// What the result of a shared object depends on beyond its id: its stream's length, the
+/// slot's length, the slot's priority.
+type Key = (u64, (usize, usize, u8));
 
 /// The priority a request names, checked against the device's algorithms.
 fn priority(store: &Store, req: &RecompressRequest) -> Result<u8> {
@@ -86,6 +125,7 @@ pub(crate) fn recompress(store: &Store, req: &RecompressRequest) -> Result<Recom
     let codec = store.codec(prio)?;
     let mut plain = Vec::new();
     let mut encoded = Vec::new();
+    let mut seen: Seen<'_, (usize, usize, u8), Verdict> = Seen::new(store.pool());
     for index in select(store, &[(mode, 0, None)])? {
         if req.max_pages != 0 && report.attempts >= req.max_pages {
             break;
@@ -98,6 +138,19 @@ pub(crate) fn recompress(store: &Store, req: &RecompressRequest) -> Result<Recom
         report.attempts += 1;
         Counters::add(&store.counters().recomp_attempts, 1);
         let slot_len = store.slot_len(index);
+        let old = Handle::from_raw(e.handle);
+        let key: Option<Key> = seen
+            .shared_id(old)?
+            .map(|id| (id, (e.len, slot_len, e.prio)));
+        if let Some(key) = key {
+            if take_seen(store, &mut g, &mut seen, key, prio, top, &mut report) {
+                seen.close_if_alone(key);
+                continue;
+            }
+            // Pinned before the slot lets go of its handle (see `crate::shared`).
+            seen.record(key, old, e.len, Verdict::Kept);
+        }
+        report.codec_runs += 1;
         plain.resize(slot_len, 0);
         store.load(&g, &mut plain)?;
         let new_len = codec.with(|c| c.compress(&plain, &mut encoded))??;
@@ -105,19 +158,66 @@ pub(crate) fn recompress(store: &Store, req: &RecompressRequest) -> Result<Recom
         let smaller = fits
             && class_key(store, new_len)? < class_key(store, e.len)?
             && (req.threshold == 0 || new_len < req.threshold);
-        if smaller {
-            post::replace_stream(store, &mut g, &encoded[..new_len], prio)?;
-            report.recompressed += 1;
-            report.saved_bytes += (e.len - new_len) as u64;
-            Counters::add(&store.counters().recomp_done, 1);
-            Counters::add(
-                &store.counters().recomp_saved_bytes,
-                (e.len - new_len) as u64,
-            );
-        } else if prio == top {
-            post::set_flag(&mut g, Flags::INCOMPRESSIBLE, true);
-            report.incompressible += 1;
+        let verdict = if smaller {
+            let head = post::replace_stream(store, &mut g, &encoded[..new_len], prio)?;
+            replaced(store, &mut report, e.len, new_len);
+            Verdict::Replaced { head, len: new_len }
+        } else {
+            if prio == top {
+                post::set_flag(&mut g, Flags::INCOMPRESSIBLE, true);
+                report.incompressible += 1;
+            }
+            Verdict::Kept
+        };
+        if let Some(key) = key {
+            seen.update(key, verdict);
+            seen.close_if_alone(key);
         }
     }
     Ok(report)
+}
+
+/// Gives the locked slot, which names the shared object of `key`, what the pass did with
+/// that object already, if it did something and can still give it; returns whether it
+/// did.
+fn take_seen(
+    store: &Store,
+    g: &mut SlotGuard<'_>,
+    seen: &mut Seen<'_, (usize, usize, u8), Verdict>,
+    key: Key,
+    prio: u8,
+    top: u8,
+    report: &mut RecompressReport,
+) -> bool {
+    match seen.get(key) {
+        None => false,
+        Some(Verdict::Kept) => {
+            if prio == top {
+                post::set_flag(g, Flags::INCOMPRESSIBLE, true);
+                report.incompressible += 1;
+            }
+            true
+        }
+        // The first slot's new object is gone when that slot was rewritten since: its
+        // handle is stale, and the slot is encoded itself.
+        Some(Verdict::Replaced { head, len }) => match store.pool().share(head) {
+            Ok(handle) => {
+                let old_len = g.get().len;
+                post::replace_with(store, g, handle, len, prio);
+                replaced(store, report, old_len, len);
+                report.shared += 1;
+                true
+            }
+            Err(_) => false,
+        },
+    }
+}
+
+/// Counts a slot re-encoded from `old` to `new` bytes.
+fn replaced(store: &Store, report: &mut RecompressReport, old: usize, new: usize) {
+    let saved = old.saturating_sub(new) as u64;
+    report.recompressed += 1;
+    report.saved_bytes += saved;
+    Counters::add(&store.counters().recomp_done, 1);
+    Counters::add(&store.counters().recomp_saved_bytes, saved);
 }

@@ -95,6 +95,9 @@ pub(crate) struct Store {
     table: SlotTable,
     codecs: Codecs,
     backing: Option<Arc<dyn Backing>>,
+    /// Holders of the file copies that several written-back slots name (writeback writes a
+    /// shared object once); a copy not in it has one slot.
+    pub(crate) shared_copies: crate::backing::shares::SharedObjects,
     /// Held by writeback and recompression while they run (the other gets `EAGAIN`).
     post_processing: Mutex<()>,
     wb_limit: WbLimit,
@@ -136,6 +139,7 @@ impl Store {
             table: SlotTable::new(slots).ok_or(Error::TableTooLarge { disksize })?,
             codecs,
             backing,
+            shared_copies: Default::default(),
             post_processing: Mutex::new(()),
             wb_limit: WbLimit::default(),
             // The device sets it from its settings.
@@ -463,7 +467,7 @@ impl Store {
         let pages = self.pages(g.index());
         if e.flags.contains(Flags::WB) {
             if let Some(backing) = &self.backing {
-                backing.free(e.handle, e.len);
+                self.shared_copies.release(&**backing, e.handle, e.len);
             }
             Counters::sub(&self.counters.bd_count, pages);
             Counters::sub(&self.counters.pages_stored, pages);

@@ -19,11 +19,34 @@
 //!   is spent the pass stops with `EIO`, as the kernel's does. Budget taken for slots that
 //!   were not switched is given back.
 //! - Writeback and recompression exclude each other: the second gets `EAGAIN`.
+//!
+//! # Shared objects (seed 004, beyond the kernel)
+//!
+//! Slots may name one stored object through different handles (after `fold`, or with
+//! `dedup`). A pass writes such an object to the file once: the first slot gathered that
+//! names it brings its stream into the batch; a later slot naming the same object (met
+//! through [`crate::shared`], keyed by the object's id and the stream's length), in the
+//! same batch or a later one, only refers to that copy. Each slot still switches on its
+//! own rule (only if it still carries `PP` at the flush); a switched slot is one more
+//! holder of the copy ([`crate::backing::shares`]), and the file extent is freed with its
+//! last holder. The pass holds each copy too until no slot can meet its object any more
+//! (or the pass ends), so that a copy whose first slots were rewritten meanwhile is still
+//! there for the later ones, and a copy no slot switched to is freed then.
+//!
+//! `bd_writes`, `bd_write_bytes` and the report's `bytes` count a copy once (with the first
+//! slot switched to it: what was really written for slots now on the file); `bd_count`,
+//! the report's `slots` and `pages` and `writeback_limit` count every slot.
 
+use std::ops::Range;
+
+use zsmalloc::Handle;
+
+use crate::backing::Backing;
 use crate::error::{Error, Result};
 use crate::post;
 use crate::pp::{WritebackRequest, select};
-use crate::slot::Flags;
+use crate::shared::Seen;
+use crate::slot::{Flags, SlotGuard};
 use crate::stats::Counters;
 use crate::store::Store;
 
@@ -34,8 +57,15 @@ pub struct WritebackReport {
     pub slots: u64,
     /// Their pages.
     pub pages: u64,
-    /// Bytes written to the file for them.
+    /// Bytes written to the file for them (a copy several of them share counts once).
     pub bytes: u64,
+    /// Slots that share a copy written for another slot naming the same object (counted
+    /// in `slots` too).
+    #[serde(default)]
+    pub shared: u64,
+    /// Their pages (counted in `pages` too; `bd_writes` grows by `pages - shared_pages`).
+    #[serde(default)]
+    pub shared_pages: u64,
 }
 
 /// Bytes of streams gathered before a batch is written, whatever `writeback_batch_size`
@@ -45,9 +75,68 @@ const MAX_BATCH_BYTES: usize = 8 << 20;
 /// One slot gathered into a batch.
 struct Gathered {
     index: usize,
-    range: std::ops::Range<usize>,
+    source: Source,
     /// Its pages were taken from `writeback_limit`.
     charged: bool,
+}
+
+/// The file copy a gathered slot is to be switched to.
+enum Source {
+    /// Its own stream, at this range of the batch's buffer, written for it alone.
+    Own(Range<usize>),
+    /// The pass's shared copy `n`; `first`: this slot brought its stream into the batch.
+    Shared { n: usize, first: bool },
+}
+
+/// The copy of a shared object's stream that the pass writes once.
+struct Copy {
+    /// The object's key (id, stream length).
+    key: (u64, usize),
+    len: usize,
+    place: Place,
+    /// `bd_writes` and the report counted it (with the first slot switched to it).
+    counted: bool,
+}
+
+/// Where a shared copy is.
+enum Place {
+    /// In the batch being gathered, at this range of its buffer.
+    Batch(Range<usize>),
+    /// On the file at this offset, held by the pass.
+    File(u64),
+    /// Never written (its batch failed), or let go by the pass.
+    Gone,
+}
+
+/// The pass's shared copies: `seen` maps each object met shared to its copy's index in
+/// `copies`; the pass holds every copy on the file whose entry is open.
+struct Shares<'a> {
+    store: &'a Store,
+    backing: &'a dyn Backing,
+    seen: Seen<'a, usize, usize>,
+    copies: Vec<Copy>,
+}
+
+impl Shares<'_> {
+    /// Lets go of the copies whose entries were closed (see [`crate::shared`]).
+    fn release_closed(&mut self) {
+        for n in self.seen.take_closed() {
+            let copy = &mut self.copies[n];
+            if let Place::File(offset) = copy.place {
+                self.store
+                    .shared_copies
+                    .release(self.backing, offset, copy.len);
+            }
+            copy.place = Place::Gone;
+        }
+    }
+}
+
+impl Drop for Shares<'_> {
+    fn drop(&mut self) {
+        self.seen.close_all();
+        self.release_closed();
+    }
 }
 
 /// Takes the `PP` marks off the batch's slots and gives their budget back.
@@ -74,6 +163,12 @@ pub(crate) fn writeback(store: &Store, req: &WritebackRequest) -> Result<Writeba
     let mut buf = Vec::new();
     let mut batch: Vec<Gathered> = Vec::new();
     let mut stream = Vec::new();
+    let mut shares = Shares {
+        store,
+        backing: &*backing,
+        seen: Seen::new(store.pool()),
+        copies: Vec::new(),
+    };
     let mut limited = false;
     let mut taken = 0;
     for index in candidates {
@@ -91,37 +186,72 @@ pub(crate) fn writeback(store: &Store, req: &WritebackRequest) -> Result<Writeba
                 limited = true;
                 break;
             };
-            if let Err(err) = post::stream_of(store, &g, &mut stream) {
-                drop(g);
-                store.wb_limit().refund(pages, charged);
-                unmark(store, &mut batch);
-                return Err(err);
-            }
+            let source = match gather(&mut shares, &g, &mut buf, &mut stream) {
+                Ok(source) => source,
+                Err(err) => {
+                    drop(g);
+                    store.wb_limit().refund(pages, charged);
+                    unmark(store, &mut batch);
+                    return Err(err);
+                }
+            };
             post::set_flag(&mut g, Flags::PP, true);
             taken += pages;
-            let start = buf.len();
-            buf.extend_from_slice(&stream);
             batch.push(Gathered {
                 index,
-                range: start..buf.len(),
+                source,
                 charged,
             });
         }
         if batch.len() >= batch_size || buf.len() >= MAX_BATCH_BYTES {
-            flush(store, &*backing, &mut buf, &mut batch, &mut report)?;
+            flush(&mut shares, &mut buf, &mut batch, &mut report)?;
         }
     }
-    flush(store, &*backing, &mut buf, &mut batch, &mut report)?;
+    flush(&mut shares, &mut buf, &mut batch, &mut report)?;
     if limited {
         return Err(Error::WritebackLimit);
     }
     Ok(report)
 }
 
-/// Appends the batch to the file and switches the slots that still hold what was written.
+/// Gathers the locked slot: a reference to the copy of its object when the pass has one,
+/// else its stream into `buf` (as a new shared copy when its object is shared).
+fn gather(
+    shares: &mut Shares<'_>,
+    g: &SlotGuard<'_>,
+    buf: &mut Vec<u8>,
+    stream: &mut Vec<u8>,
+) -> Result<Source> {
+    let e = g.get();
+    let head = Handle::from_raw(e.handle);
+    let key = shares.seen.shared_id(head)?.map(|id| (id, e.len));
+    if let Some(key) = key
+        && let Some(n) = shares.seen.get(key)
+    {
+        return Ok(Source::Shared { n, first: false });
+    }
+    post::stream_of(shares.store, g, stream)?;
+    let range = buf.len()..buf.len() + stream.len();
+    buf.extend_from_slice(stream);
+    let n = shares.copies.len();
+    if let Some(key) = key
+        && shares.seen.record(key, head, e.len, n)
+    {
+        shares.copies.push(Copy {
+            key,
+            len: e.len,
+            place: Place::Batch(range),
+            counted: false,
+        });
+        return Ok(Source::Shared { n, first: true });
+    }
+    Ok(Source::Own(range))
+}
+
+/// Appends the batch's streams to the file and switches the slots that still hold what
+/// was written.
 fn flush(
-    store: &Store,
-    backing: &dyn crate::backing::Backing,
+    shares: &mut Shares<'_>,
     buf: &mut Vec<u8>,
     batch: &mut Vec<Gathered>,
     report: &mut WritebackReport,
@@ -129,34 +259,107 @@ fn flush(
     if batch.is_empty() {
         return Ok(());
     }
-    let objects: Vec<&[u8]> = batch.iter().map(|g| &buf[g.range.clone()]).collect();
-    let appended = backing.append(&objects);
+    let store = shares.store;
+    let backing = shares.backing;
+    // The streams brought into the batch, in the order they were gathered.
+    let ranges: Vec<Range<usize>> = batch
+        .iter()
+        .filter_map(|item| match &item.source {
+            Source::Own(range) => Some(range.clone()),
+            Source::Shared { n, first: true } => match &shares.copies[*n].place {
+                Place::Batch(range) => Some(range.clone()),
+                _ => None,
+            },
+            Source::Shared { .. } => None,
+        })
+        .collect();
+    let objects: Vec<&[u8]> = ranges.iter().map(|r| &buf[r.clone()]).collect();
+    let appended = if objects.is_empty() {
+        Ok(Vec::new())
+    } else {
+        backing.append(&objects)
+    };
     let offsets = match appended {
         Ok(offsets) => offsets,
         Err(err) => {
             Counters::add(&store.counters().wb_failed, 1);
+            for item in batch.iter() {
+                if let Source::Shared { n, first: true } = item.source {
+                    shares.copies[n].place = Place::Gone;
+                }
+            }
             unmark(store, batch);
             buf.clear();
             return Err(Error::Backing(err));
         }
     };
-    for (item, offset) in batch.drain(..).zip(offsets) {
-        let len = item.range.len();
+    // Where each slot goes: its own copy's offset, or its shared copy (now on the file,
+    // held by the pass).
+    let mut offsets = offsets.into_iter();
+    let mut own = Vec::with_capacity(batch.len());
+    for item in batch.iter() {
+        match item.source {
+            Source::Own(_) => own.push(offsets.next()),
+            Source::Shared { n, first } => {
+                if first && let Some(offset) = offsets.next() {
+                    shares.copies[n].place = Place::File(offset);
+                }
+                own.push(None);
+            }
+        }
+    }
+    let mut touched = Vec::new();
+    for (item, own) in batch.drain(..).zip(own) {
         let pages = store.pages(item.index);
+        let target = match item.source {
+            Source::Own(range) => own.map(|offset| (offset, range.len(), None)),
+            Source::Shared { n, .. } => {
+                touched.push(n);
+                match shares.copies[n].place {
+                    Place::File(offset) => Some((offset, shares.copies[n].len, Some(n))),
+                    _ => None,
+                }
+            }
+        };
         let mut g = store.lock(item.index);
         // `PP` still set: nothing wrote, freed or read the slot since it was gathered (each
         // clears it), so it holds what went to the file and still qualifies.
-        if g.get().flags.contains(Flags::PP) {
-            post::switch_to_backing(store, &mut g, offset);
+        let pp = g.get().flags.contains(Flags::PP);
+        if let Some((offset, len, shared)) = target
+            && pp
+        {
+            let wrote = match shared {
+                None => true,
+                Some(n) => {
+                    store.shared_copies.hold(offset);
+                    !std::mem::replace(&mut shares.copies[n].counted, true)
+                }
+            };
+            post::switch_to_backing(store, &mut g, offset, wrote);
             report.slots += 1;
             report.pages += pages;
-            report.bytes += len as u64;
-        } else {
-            drop(g);
-            backing.free(offset, len);
-            store.wb_limit().refund(pages, item.charged);
+            if wrote {
+                report.bytes += len as u64;
+            } else {
+                report.shared += 1;
+                report.shared_pages += pages;
+            }
+            continue;
         }
+        if pp {
+            post::set_flag(&mut g, Flags::PP, false);
+        }
+        drop(g);
+        if let Some((offset, len, None)) = target {
+            backing.free(offset, len);
+        }
+        store.wb_limit().refund(pages, item.charged);
     }
+    // Objects whose last slot just left them: no later slot can meet them.
+    for n in touched {
+        shares.seen.close_if_alone(shares.copies[n].key);
+    }
+    shares.release_closed();
     buf.clear();
     Ok(())
 }

@@ -9,9 +9,12 @@
 //! - [`file`]: [`FileBacking`], a packed log in a regular file or a block device;
 //! - [`mem`]: [`MemBacking`], in memory, with failures to inject (a test double);
 //! - `segments` (private): the file store's allocation state, no I/O;
-//! - `cache` (private): the file store's read-ahead window cache.
+//! - `cache` (private): the file store's read-ahead window cache;
+//! - `shares` (crate): holders of the objects that more than one slot names (a shared
+//!   object's one copy on the file), for any store.
 //!
-//! Files import only files below them: file → (segments, cache) → this module.
+//! Files import only files below them: file → (segments, cache) → this module, and
+//! shares → this module.
 //!
 //! # Contract
 //!
@@ -27,6 +30,7 @@ pub mod mem;
 
 mod cache;
 mod segments;
+pub(crate) mod shares;
 
 pub use file::{FileBacking, FileOptions};
 pub use mem::MemBacking;
