@@ -4,47 +4,16 @@
 
 /// Shared test helpers (`tests/common/`): each test includes the files it uses.
 mod common {
+    pub mod cli;
     pub mod prose;
     pub mod run;
 }
 
 use common::prose::prose;
-use std::io::{Read as _, Write as _};
-use std::path::Path;
-use std::process::Command;
-use std::time::Duration;
 
-use common::run::{Run, run, run_ok};
+use common::cli::{cli, cli_ok, scrape};
 use zram::ZramConfig;
 use zramd::serve::{DeviceSpec, ServeOptions, Server};
-
-const ZRAMD: &str = env!("CARGO_BIN_EXE_zramd");
-
-/// Runs `zramd <args> --control <path>`.
-fn cli(control: &Path, args: &[&str]) -> Run {
-    run(
-        Command::new(ZRAMD).args(args).arg("--control").arg(control),
-        Duration::from_secs(30),
-    )
-}
-
-/// Like [`cli`], and it must succeed.
-fn cli_ok(control: &Path, args: &[&str]) -> String {
-    run_ok(
-        Command::new(ZRAMD).args(args).arg("--control").arg(control),
-        Duration::from_secs(30),
-    )
-    .stdout
-}
-
-fn scrape(addr: std::net::SocketAddr) -> String {
-    let mut http = std::net::TcpStream::connect(addr).unwrap();
-    http.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .unwrap();
-    let mut body = String::new();
-    http.read_to_string(&mut body).unwrap();
-    body
-}
 
 #[test]
 fn idle_recompress_writeback_and_policy_from_the_command_line() {
