@@ -448,8 +448,8 @@ fn main() -> anyhow::Result<()> {
             let r = control::call(&control.path(), &Request::Writeback { device, args })?;
             let w = r.written_back.unwrap_or_default();
             println!(
-                "{} slots written back ({} pages, {} bytes)",
-                w.slots, w.pages, w.bytes
+                "{} slots written back ({} pages, {} bytes; {} slots shared a copy)",
+                w.slots, w.pages, w.bytes, w.shared
             );
             Ok(())
         }
@@ -462,8 +462,9 @@ fn main() -> anyhow::Result<()> {
             let r = control::call(&control.path(), &Request::Recompress { device, args })?;
             let c = r.recompressed.unwrap_or_default();
             println!(
-                "{} of {} slots recompressed ({} bytes saved), {} incompressible",
-                c.recompressed, c.attempts, c.saved_bytes, c.incompressible
+                "{} of {} slots recompressed ({} bytes saved), {} incompressible; \
+                 {} encodings run, {} slots shared one",
+                c.recompressed, c.attempts, c.saved_bytes, c.incompressible, c.codec_runs, c.shared
             );
             Ok(())
         }

@@ -10,7 +10,6 @@ mod common {
     pub mod run;
 }
 
-
 use common::cli::{cli, cli_ok, scrape};
 use common::prose::prose;
 use zram::ZramConfig;
