@@ -55,5 +55,7 @@ pub use error::{Error, Result};
 pub use fold::{FoldReport, ShareStats};
 pub use handle::Handle;
 pub use pool::Pool;
+#[doc(hidden)]
+pub use shard::pin_malloc_shard;
 pub use stats::{ClassStats, PoolStats, format_class_table};
 pub use sys::PAGE_SIZE;

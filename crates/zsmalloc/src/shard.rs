@@ -317,6 +317,14 @@ impl Shards {
         class_pos: usize,
     ) -> (usize, &ClassShard, MutexGuard<'_, ShardInner>) {
         let first = class_pos * self.per_class;
+        if self.per_class > 1
+            && let Some(pinned) = PINNED.with(std::cell::Cell::get)
+        {
+            // Tests: as if the class were sharded, on the pinned shard.
+            self.sharded[class_pos].store(true, Ordering::Relaxed);
+            let pos = first + pinned % self.per_class;
+            return (pos, &self.all[pos], self.all[pos].inner.lock());
+        }
         if self.per_class > 1 && !self.sharded[class_pos].load(Ordering::Relaxed) {
             if let Some(guard) = self.all[first].inner.try_lock() {
                 return (first, &self.all[first], guard);
@@ -344,4 +352,19 @@ fn thread_number() -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local!(static NUMBER: usize = NEXT.fetch_add(1, Ordering::Relaxed));
     NUMBER.with(|n| *n)
+}
+
+thread_local! {
+    /// Tests: the shard (modulo the shards per class) this thread's allocations use.
+    static PINNED: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// Test hook: pins the calling thread's allocations (`malloc`, and `malloc_dedup` when it
+/// stores) to shard `shard % shards` of every class, marking the classes it allocates in
+/// sharded, as contention would; `None` goes back to the normal choice. It lets tests put
+/// objects in chosen shards without racing threads for it. (A thread-local: under
+/// `--cfg shuttle` every model thread shares it.)
+#[doc(hidden)]
+pub fn pin_malloc_shard(shard: Option<usize>) {
+    PINNED.with(|p| p.set(shard));
 }
