@@ -108,9 +108,8 @@ fn fold_finds_duplicates_across_shards() {
             report.objects_folded,
             total - CONTENTS as u64
         );
-        // Before cross-shard folding: the copies in the other shard stay.
-        assert!(report.objects_folded <= total - CONTENTS as u64);
-        assert!(left >= CONTENTS);
+        assert_eq!(report.objects_folded, total - CONTENTS as u64);
+        assert_eq!(left, CONTENTS);
         check_and_free(&pool, objs);
     }
 }
@@ -132,7 +131,8 @@ fn malloc_dedup_finds_duplicates_across_shards() {
             config.header,
             objs.len()
         );
-        assert!(left >= CONTENTS);
+        assert_eq!(left, CONTENTS);
+        assert_eq!(pool.fold().objects_folded, 0);
         check_and_free(&pool, objs);
     }
 }
