@@ -8,7 +8,8 @@
 //! large anonymous mappings and an emptied zspage's pages go back to the OS at once
 //! ([`sys`]), so the process's resident memory follows [`Pool::total_pages`]. Several
 //! handles may name one object: [`Pool::share`], inline deduplication
-//! ([`Pool::malloc_dedup`]) and folding of identical objects ([`Pool::fold`], seed 004).
+//! ([`Pool::malloc_dedup`]) and folding of identical objects ([`Pool::fold`], seed 004), also
+//! across the shards of a size class.
 //!
 //! ```
 //! let pool = zsmalloc::Pool::new(8).unwrap();
