@@ -7,7 +7,9 @@
 //! and, with the kernel's layout, writes the handle into the object's header. The other
 //! operations decode the handle (shard, entry, generation), check the entry's generation
 //! under the shard lock and reach the object through the entry's location — or, for a
-//! handle to a shared object (an alias), through its anchor's (`share.rs`).
+//! handle to a shared object (an alias), through its anchor's (`share.rs`), which may be in
+//! another shard of the class: then the alias's shard lock is let go before the anchor's
+//! shard lock is taken ([`Pool::with_target`]), so no operation holds two shard locks.
 //!
 //! A `write` stores the caller's bytes at the start of the object and zero-fills the rest of
 //! its capacity, so two objects of a class hold equal capacities exactly when every read of
@@ -20,7 +22,7 @@ use crate::class::ClassGeometry;
 use crate::error::{Error, Result};
 use crate::handle::{Flags, Handle, Location};
 use crate::pool::{Pool, check_size};
-use crate::shard::{ClassShard, Resolved, ShardInner};
+use crate::shard::{ClassShard, Resolved, ShardInner, Target};
 use crate::sync::MutexGuard;
 use crate::zspage::{ZsPage, set_header};
 
@@ -32,6 +34,43 @@ impl Pool {
         let (pos, generation, entry) = handle.decode().ok_or_else(stale)?;
         let shard = self.shards.get(pos).ok_or_else(stale)?;
         Ok((pos, shard, entry, generation))
+    }
+
+    /// Runs `f` under the lock of the class shard that locates the object `handle` names,
+    /// with that shard's position, the shard, its state and the object's [`Target`]: the
+    /// handle's own shard, or for an alias of an anchor in another shard of the class, the
+    /// anchor's. The alias's lock is let go before the anchor's is taken (one shard lock at
+    /// a time); the alias's reference keeps the anchor meanwhile, as long as the caller does
+    /// not free the handle while using it (the contract of every handle, as in the
+    /// kernel's zsmalloc; breaking it is found out, as a stale handle).
+    pub(crate) fn with_target<R>(
+        &self,
+        handle: Handle,
+        f: impl FnOnce(usize, &ClassShard, &mut ShardInner, Target) -> R,
+    ) -> Result<R> {
+        let stale = || Error::StaleHandle(handle);
+        let (pos, shard, entry, generation) = self.shard_of(handle)?;
+        let mut inner = shard.inner.lock();
+        let anchor = match inner.resolve(pos, entry, generation).ok_or_else(stale)? {
+            Resolved::Direct(loc, flags) => {
+                let target = Target::Direct { entry, loc, flags };
+                return Ok(f(pos, shard, &mut inner, target));
+            }
+            Resolved::Alias { anchor, loc } => {
+                let target = Target::Anchor { entry: anchor, loc };
+                return Ok(f(pos, shard, &mut inner, target));
+            }
+            Resolved::Remote(anchor) => anchor,
+        };
+        drop(inner);
+        let home = self.shards.get(anchor.shard).ok_or_else(stale)?;
+        let mut inner = home.inner.lock();
+        let loc = inner.anchor_location(anchor.entry).ok_or_else(stale)?;
+        let target = Target::Anchor {
+            entry: anchor.entry,
+            loc,
+        };
+        Ok(f(anchor.shard, home, &mut inner, target))
     }
 
     /// Allocates an object of `size` bytes (1..=4096) and returns its handle. The object's
@@ -95,13 +134,13 @@ impl Pool {
     /// (`zs_obj_write`); the object counts as written from now on. A handle to a shared
     /// object is refused with [`Error::Shared`]: shared objects are read-only.
     pub fn write(&self, handle: Handle, data: &[u8]) -> Result<()> {
-        let (_, shard, entry, generation) = self.shard_of(handle)?;
+        let (pos, shard, entry, generation) = self.shard_of(handle)?;
         let geom = shard.geom;
         check_len(&geom, data.len())?;
         let mut inner = shard.inner.lock();
-        match inner.resolve(entry, generation) {
+        match inner.resolve(pos, entry, generation) {
             None => Err(Error::StaleHandle(handle)),
-            Some(Resolved::Alias { .. }) => Err(Error::Shared(handle)),
+            Some(Resolved::Alias { .. } | Resolved::Remote(_)) => Err(Error::Shared(handle)),
             Some(Resolved::Direct(loc, flags)) => {
                 if flags.has(Flags::INDEXED) {
                     // Its bytes change: out of the content index first, by its old hash.
@@ -119,22 +158,20 @@ impl Pool {
     /// Lends the object's first `len` bytes to `f` (`zs_obj_read_begin`/`_end`). Zspages are
     /// virtually contiguous here, so every object is borrowed in place, never copied.
     ///
-    /// `f` runs under the class-shard lock: it must not call back into the pool.
+    /// `f` runs under the lock of the class shard holding the object (for a shared object,
+    /// its anchor's shard): it must not call back into the pool.
     pub fn with_object<R>(
         &self,
         handle: Handle,
         len: usize,
         f: impl FnOnce(&[u8]) -> R,
     ) -> Result<R> {
-        let (_, shard, entry, generation) = self.shard_of(handle)?;
-        let geom = shard.geom;
-        check_len(&geom, len)?;
-        let inner = shard.inner.lock();
-        let loc = inner
-            .resolve(entry, generation)
-            .ok_or(Error::StaleHandle(handle))?
-            .location();
-        Ok(f(&inner.object(&geom, loc)[..len]))
+        let (_, shard, _, _) = self.shard_of(handle)?;
+        check_len(&shard.geom, len)?;
+        // Every shard of a class has the class's geometry.
+        self.with_target(handle, |_, home, inner, target| {
+            f(&inner.object(&home.geom, target.location())[..len])
+        })
     }
 
     /// Copies the object's first `buf.len()` bytes into `buf`.
@@ -144,11 +181,12 @@ impl Pool {
 
     /// Bytes of caller data the object behind `handle` can hold.
     pub fn capacity(&self, handle: Handle) -> Result<usize> {
-        let (_, shard, entry, generation) = self.shard_of(handle)?;
+        let (pos, shard, entry, generation) = self.shard_of(handle)?;
+        // A live alias's anchor is live: the handle's own shard tells.
         shard
             .inner
             .lock()
-            .resolve(entry, generation)
+            .resolve(pos, entry, generation)
             .ok_or(Error::StaleHandle(handle))?;
         Ok(shard.geom.capacity())
     }

@@ -6,7 +6,8 @@
 //! Objects need not carry their handle (`Header::Omitted`), so compaction finds the objects
 //! of a zspage through an [`ObjectIndex`]: one pass over the shard's handle table threads
 //! each zspage's located entries into a list (one per object: a shared object's anchor,
-//! not its aliases, which follow the anchor, so a shared object moves once). The index is
+//! not its aliases, which follow the anchor, so a shared object moves once; aliases in other
+//! shards of the class name the anchor's entry, which moving does not change). The index is
 //! kept right as objects move, and kept across holds of the shard lock while nothing
 //! changed which entries locate which objects (the shard's `epoch`).
 //! The shard lock is held for a batch of steps at a time, so `malloc` and `free` of the

@@ -9,24 +9,27 @@
 //! ```
 //!
 //! - `magic` is [`HANDLE_MAGIC`], so zero or a small integer is never a valid handle;
-//! - `shard` is the position of the object's class shard (size class × shard) in the pool;
-//!   objects never leave it (compaction moves them within it), so a handle names it for
-//!   life;
+//! - `shard` is the position in the pool of the class shard (size class × shard) whose table
+//!   holds the handle's entry: the object's shard, which it never leaves (compaction moves
+//!   it within), or for a handle to a shared object maybe another shard of its class, whose
+//!   entry names the object's anchor (see below);
 //! - `entry` indexes the shard's [`HandleTable`]; `generation` is the entry's generation when
 //!   the handle was issued: freeing bumps it, so a stale or double-freed handle is detected.
 //!   Freed entries are reused oldest first, so a stale handle could only come back to life
 //!   after 2^19 reuses of its entry, each after every other free entry was reused.
 //!
 //! An entry of the table is also a `u64`: *free*, or live and then *located* (it holds the
-//! object's place) or an *alias* (it names another entry of the table, which is located):
+//! object's place) or an *alias* (it names an anchor entry, located, of this table or of
+//! another shard of the same size class):
 //!
 //! ```text
-//!            63   62        44 43 42 41 40          12 11      0
-//! located: [ 1 ][ generation ][A][I][W][  zspage id   ][ object ]
-//! alias:   [ 1 ][ generation ][0][0][0][ anchor entry ][  0xFFF ]
-//!           1 bit   19 bits    3 flags      29 bits      12 bits
-//! free:    [ 0 ][ generation ][     0     ][ next free entry  ]
-//!                                 16 bits        28 bits
+//!            63   62        44 43 42 41 40 39          11 10      0
+//! located: [ 1 ][ generation ][0][A][I][W][  zspage id   ][ object ]
+//!                                3 flags      29 bits       11 bits
+//! alias:   [ 1 ][ generation ][1][  0  ][ anchor's shard ][ anchor's entry ]
+//!           1 bit   19 bits  1 bit 3 bits    12 bits          28 bits
+//! free:    [ 0 ][ generation ][       0        ][ next free entry  ]
+//!                                 16 bits             28 bits
 //! ```
 //!
 //! A located entry names the zspage (its id in the shard) and the object index in it where
@@ -36,10 +39,13 @@
 //! generation the next handle issued for it gets, and links the free entries oldest first.
 //!
 //! Shared objects (`share.rs`, `fold.rs`): an object that several handles name is located by
-//! an *anchor*, an entry of the table that is never handed out; every handle naming the
-//! object is an alias of that anchor, in the same table. The alias's object field holds
-//! [`ALIAS_OBJ`], which no object index can be, so an alias is told from a located entry by
-//! its word alone. Aliases never name aliases.
+//! an *anchor*, an entry of its shard's table that is never handed out; every handle naming
+//! the object is an alias of that anchor, in the anchor's table or in the table of another
+//! shard of the object's class (an [`AnchorRef`] names the anchor's shard position, as a
+//! handle does, and its entry). The alias bit (bit 43) tells an alias from a located entry
+//! by its word alone: no located entry has it set. It fits because object indices need only
+//! 11 bits (at most 16 pages × 4096 / 32 = 2048 objects per zspage). Aliases never name
+//! aliases.
 
 use crate::class::{MAX_CHAIN_SIZE, MIN_ALLOC_SIZE};
 use crate::sys::PAGE_SIZE;
@@ -72,25 +78,29 @@ const NO_ENTRY: u32 = ENTRY_MASK as u32;
 
 // The table-entry word; its generation has the handle's `GEN_BITS`.
 const LIVE_BITS: u32 = 1;
+const ALIAS_BITS: u32 = 1;
 const FLAG_BITS: u32 = 3;
 const ZSPAGE_BITS: u32 = 29;
-const OBJ_BITS: u32 = 12;
-const _: () = assert!(LIVE_BITS + GEN_BITS + FLAG_BITS + ZSPAGE_BITS + OBJ_BITS == 64);
+const OBJ_BITS: u32 = 11;
+const _: () = assert!(LIVE_BITS + GEN_BITS + ALIAS_BITS + FLAG_BITS + ZSPAGE_BITS + OBJ_BITS == 64);
 const OBJ_SHIFT: u32 = 0;
 const ZSPAGE_SHIFT: u32 = OBJ_SHIFT + OBJ_BITS;
 const FLAG_SHIFT: u32 = ZSPAGE_SHIFT + ZSPAGE_BITS;
-const WORD_GEN_SHIFT: u32 = FLAG_SHIFT + FLAG_BITS;
+const ALIAS_SHIFT: u32 = FLAG_SHIFT + FLAG_BITS;
+const WORD_GEN_SHIFT: u32 = ALIAS_SHIFT + ALIAS_BITS;
 const LIVE_SHIFT: u32 = WORD_GEN_SHIFT + GEN_BITS;
 const LIVE: u64 = 1 << LIVE_SHIFT;
+/// The bit that marks an alias; no located entry has it.
+const ALIAS: u64 = 1 << ALIAS_SHIFT;
+/// An alias's fields: the anchor's entry, then its shard position, below the flags.
+const ANCHOR_ENTRY_SHIFT: u32 = 0;
+const ANCHOR_SHARD_SHIFT: u32 = ANCHOR_ENTRY_SHIFT + ENTRY_BITS;
+const _: () = assert!(ANCHOR_SHARD_SHIFT + SHARD_BITS <= FLAG_SHIFT);
 /// A free entry's link to the next free entry, below its generation.
 const NEXT_SHIFT: u32 = 0;
 const _: () = assert!(NEXT_SHIFT + ENTRY_BITS <= WORD_GEN_SHIFT);
-/// The object field of an alias: no object index is this large.
-pub(crate) const ALIAS_OBJ: u16 = mask(OBJ_BITS) as u16;
-// Every object index of the longest zspage of the smallest objects fits, below `ALIAS_OBJ`.
-const _: () = assert!(MAX_CHAIN_SIZE * PAGE_SIZE / MIN_ALLOC_SIZE < ALIAS_OBJ as usize);
-// An alias's zspage field holds an entry index.
-const _: () = assert!(ENTRY_BITS <= ZSPAGE_BITS);
+// Every object index of the longest zspage of the smallest objects fits in the object field.
+const _: () = assert!(MAX_CHAIN_SIZE * PAGE_SIZE / MIN_ALLOC_SIZE <= 1 << OBJ_BITS);
 /// Zspage ids are below this. Every zspage a class shard keeps holds at least one object,
 /// which one located entry names, so a shard never has more zspages than entries (2^28).
 pub(crate) const MAX_ZSPAGES: usize = 1 << ZSPAGE_BITS;
@@ -182,28 +192,40 @@ impl Flags {
     }
 }
 
+/// An anchor entry, in the pool: its class shard's position (as a handle names it) and its
+/// entry in that shard's table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct AnchorRef {
+    pub shard: usize,
+    pub entry: u32,
+}
+
 /// What a live entry holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Slot {
     /// The object's place, and its flags (a direct handle's entry, or an anchor).
     Located(Location, Flags),
-    /// Another entry of the table: the anchor locating the object.
-    Alias(u32),
+    /// The anchor locating the object, in this shard or another of the class.
+    Alias(AnchorRef),
 }
 
 /// A live entry word (the one encoder of live entries).
 fn live_word(generation: u64, slot: Slot) -> u64 {
-    let (high, obj, flags) = match slot {
+    let fields = match slot {
         Slot::Located(loc, flags) => {
-            debug_assert!((loc.zspage as usize) < MAX_ZSPAGES && loc.obj < ALIAS_OBJ);
-            (loc.zspage, loc.obj, flags.0)
+            debug_assert!((loc.zspage as usize) < MAX_ZSPAGES && loc.obj < 1 << OBJ_BITS);
+            (u64::from(flags.0) << FLAG_SHIFT)
+                | (u64::from(loc.zspage) << ZSPAGE_SHIFT)
+                | (u64::from(loc.obj) << OBJ_SHIFT)
         }
-        Slot::Alias(anchor) => (anchor, ALIAS_OBJ, 0),
+        Slot::Alias(anchor) => {
+            debug_assert!(anchor.shard < MAX_CLASS_SHARDS && anchor.entry < NO_ENTRY);
+            ALIAS
+                | ((anchor.shard as u64) << ANCHOR_SHARD_SHIFT)
+                | (u64::from(anchor.entry) << ANCHOR_ENTRY_SHIFT)
+        }
     };
-    LIVE | (generation << WORD_GEN_SHIFT)
-        | (u64::from(flags) << FLAG_SHIFT)
-        | (u64::from(high) << ZSPAGE_SHIFT)
-        | (u64::from(obj) << OBJ_SHIFT)
+    LIVE | (generation << WORD_GEN_SHIFT) | fields
 }
 
 /// A free entry word (the one encoder of free entries).
@@ -221,13 +243,16 @@ fn word_generation(word: u64) -> u64 {
 
 /// What a live word holds (the one decoder of live entries).
 fn word_slot(word: u64) -> Slot {
-    let high = ((word >> ZSPAGE_SHIFT) & mask(ZSPAGE_BITS)) as u32;
-    let obj = ((word >> OBJ_SHIFT) & mask(OBJ_BITS)) as u16;
-    if obj == ALIAS_OBJ {
-        Slot::Alias(high)
+    if word & ALIAS != 0 {
+        Slot::Alias(AnchorRef {
+            shard: ((word >> ANCHOR_SHARD_SHIFT) & mask(SHARD_BITS)) as usize,
+            entry: ((word >> ANCHOR_ENTRY_SHIFT) & ENTRY_MASK) as u32,
+        })
     } else {
         let flags = Flags(((word >> FLAG_SHIFT) & mask(FLAG_BITS)) as u8);
-        Slot::Located(Location { zspage: high, obj }, flags)
+        let zspage = ((word >> ZSPAGE_SHIFT) & mask(ZSPAGE_BITS)) as u32;
+        let obj = ((word >> OBJ_SHIFT) & mask(OBJ_BITS)) as u16;
+        Slot::Located(Location { zspage, obj }, flags)
     }
 }
 
@@ -293,6 +318,16 @@ impl HandleTable {
     pub fn get(&self, entry: u32, generation: u64) -> Option<Slot> {
         match self.words.get(entry as usize) {
             Some(&w) if is_live(w) && word_generation(w) == generation => Some(word_slot(w)),
+            _ => None,
+        }
+    }
+
+    /// What an entry holds if it is live, whatever its generation (an alias's anchor: its
+    /// alias keeps it live, but the caller checks rather than trusts that).
+    #[inline]
+    pub fn live_slot(&self, entry: u32) -> Option<Slot> {
+        match self.words.get(entry as usize) {
+            Some(&w) if is_live(w) => Some(word_slot(w)),
             _ => None,
         }
     }
@@ -405,7 +440,7 @@ impl HandleTable {
     }
 
     /// `(entry, anchor)` of every alias.
-    pub fn iter_aliases(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+    pub fn iter_aliases(&self) -> impl Iterator<Item = (u32, AnchorRef)> + '_ {
         self.iter_range(0..self.words.len())
             .filter_map(|(entry, _, slot)| match slot {
                 Slot::Alias(anchor) => Some((entry, anchor)),
@@ -439,22 +474,34 @@ mod tests {
     fn entry_words_roundtrip() {
         let loc = Location {
             zspage: (MAX_ZSPAGES - 1) as u32,
-            obj: ALIAS_OBJ - 1,
+            obj: (1 << OBJ_BITS) - 1,
         };
         for flags in (0..8).map(Flags) {
             let w = live_word(GEN_MASK, Slot::Located(loc, flags));
-            assert!(is_live(w));
+            assert!(is_live(w) && w & ALIAS == 0);
             assert_eq!(
                 (word_generation(w), word_slot(w)),
                 (GEN_MASK, Slot::Located(loc, flags))
             );
         }
-        let w = live_word(GEN_MASK, Slot::Alias(NO_ENTRY - 1));
-        assert!(is_live(w));
-        assert_eq!(
-            (word_generation(w), word_slot(w)),
-            (GEN_MASK, Slot::Alias(NO_ENTRY - 1))
-        );
+        let far = AnchorRef {
+            shard: MAX_CLASS_SHARDS - 1,
+            entry: NO_ENTRY - 1,
+        };
+        for anchor in [far, AnchorRef { shard: 0, entry: 0 }] {
+            let w = live_word(GEN_MASK, Slot::Alias(anchor));
+            assert!(is_live(w) && w & ALIAS != 0);
+            assert_eq!(
+                (word_generation(w), word_slot(w)),
+                (GEN_MASK, Slot::Alias(anchor))
+            );
+        }
+        // The alias bit is the one bit between the flags and the generation.
+        let w = live_word(0, Slot::Alias(AnchorRef { shard: 0, entry: 0 }));
+        assert_eq!(w, LIVE | ALIAS);
+        let all_flags = live_word(0, Slot::Located(loc, Flags(7)));
+        assert_eq!(all_flags & ALIAS, 0);
+        assert_eq!(ALIAS << 1, 1 << WORD_GEN_SHIFT);
         let w = free_word(GEN_MASK, NO_ENTRY - 1);
         assert!(!is_live(w));
         assert_eq!((word_generation(w), word_next(w)), (GEN_MASK, NO_ENTRY - 1));
@@ -483,15 +530,30 @@ mod tests {
         let loc = Location { zspage: 1, obj: 2 };
         let (anchor, _) = t.alloc(loc).unwrap();
         t.set_flag(anchor, Flags::ANCHOR, true);
-        let (alias, g) = t.alloc_slot(Slot::Alias(anchor)).unwrap();
+        let here = AnchorRef {
+            shard: 5,
+            entry: anchor,
+        };
+        let (alias, g) = t.alloc_slot(Slot::Alias(here)).unwrap();
+        // An alias of an anchor in another shard: the table does not look there.
+        let elsewhere = AnchorRef {
+            shard: 6,
+            entry: 12345,
+        };
+        let (far, far_gen) = t.alloc_slot(Slot::Alias(elsewhere)).unwrap();
+        assert_eq!((t.live(), t.located()), (3, 1));
+        assert_eq!(t.get(alias, g), Some(Slot::Alias(here)));
+        assert_eq!(t.get(far, far_gen), Some(Slot::Alias(elsewhere)));
+        assert_eq!(t.live_slot(far), Some(Slot::Alias(elsewhere)));
+        assert_eq!(t.free(far, far_gen), Some(Slot::Alias(elsewhere)));
+        assert_eq!((t.live_slot(far), t.live_slot(NO_ENTRY)), (None, None));
         assert_eq!((t.live(), t.located()), (2, 1));
-        assert_eq!(t.get(alias, g), Some(Slot::Alias(anchor)));
         t.relocate(anchor, Location { zspage: 5, obj: 0 });
         assert_eq!(
             t.slot(anchor),
             Slot::Located(Location { zspage: 5, obj: 0 }, Flags::ANCHOR)
         );
-        assert_eq!(t.iter_aliases().collect::<Vec<_>>(), vec![(alias, anchor)]);
+        assert_eq!(t.iter_aliases().collect::<Vec<_>>(), vec![(alias, here)]);
         assert_eq!(t.iter_located().count(), 1);
         t.set(alias, Slot::Located(loc, Flags::WRITTEN));
         assert_eq!((t.live(), t.located()), (2, 2));

@@ -11,15 +11,22 @@
 //! zspages and the lists. Per pool: pages in zspages == `total_pages()` == pages the page
 //! source has handed out.
 //!
-//! Shared objects (per class shard): only located entries (direct handles' and anchors')
-//! count as objects and own places, and with the kernel's layout a shared object's header
-//! names its anchor; every alias names a live anchor of its own table; an entry is an anchor
-//! exactly when it has a reference count, which equals the number of aliases naming it and
-//! is at least 1; every content-index value is a live located entry flagged `INDEXED`, and
-//! written, whose capacity bytes hash to its key now, and every `INDEXED` entry is one.
+//! Shared objects: only located entries (direct handles' and anchors') count as objects and
+//! own places, and with the kernel's layout a shared object's header names its anchor;
+//! every alias names a shard of its own class and a live anchor there (its own shard's or
+//! another's); an entry is an anchor exactly when it has a reference count, which equals
+//! the number of aliases naming it from every shard and is at least 1; every content-index
+//! value is a live located entry of its shard flagged `INDEXED`, and written, whose
+//! capacity bytes hash to its key now, and every `INDEXED` entry is one.
+//!
+//! The aliases of every shard are counted first (one shard lock at a time), then each
+//! shard is checked under its lock; so the pool must be still while it is checked (an
+//! operation between the two passes may change what they see).
+
+use std::collections::BTreeMap;
 
 use crate::class::ClassGeometry;
-use crate::handle::{Flags, Handle};
+use crate::handle::{AnchorRef, Flags, Handle};
 use crate::pool::Pool;
 use crate::shard::ShardInner;
 use crate::sharing::content_hash;
@@ -36,14 +43,31 @@ impl Pool {
     /// module docs). Per pool: pages in zspages == `total_pages()` == pages the page source
     /// has handed out.
     pub fn check_invariants(&self) -> Result<(), String> {
+        // The aliases naming each anchor, from every shard.
+        let mut aliases: BTreeMap<AnchorRef, u32> = BTreeMap::new();
+        for (pos, shard) in self.shards.iter().enumerate() {
+            let inner = shard.inner.lock();
+            for (entry, anchor) in inner.handles.iter_aliases() {
+                let class = self.shards.class_of(pos);
+                if self.shards.get(anchor.shard).is_none()
+                    || self.shards.class_of(anchor.shard) != class
+                {
+                    return Err(format!(
+                        "class {}: alias {entry} of shard {pos} names shard {}, not of its class",
+                        shard.geom.index, anchor.shard
+                    ));
+                }
+                *aliases.entry(anchor).or_insert(0) += 1;
+            }
+        }
         let mut pages = 0;
         for (pos, shard) in self.shards.iter().enumerate() {
             let g = shard.geom;
             let huge = g.is_huge();
             let inner = shard.inner.lock();
-            check_sharing(&g, &inner)?;
+            check_sharing(&g, pos, &inner, &aliases)?;
             // (zspage, object) -> handle entry, from the handle table; each place owned once.
-            let mut owner = std::collections::BTreeMap::new();
+            let mut owner = BTreeMap::new();
             for (entry, _, loc, _) in inner.handles.iter_located() {
                 let live = inner
                     .zspages
@@ -171,8 +195,14 @@ impl Pool {
     }
 }
 
-/// The shared objects and the content index of one class shard (see the module docs).
-fn check_sharing(g: &ClassGeometry, inner: &ShardInner) -> Result<(), String> {
+/// The shared objects and the content index of one class shard (at `pos`), given the
+/// aliases naming each anchor from every shard (see the module docs).
+fn check_sharing(
+    g: &ClassGeometry,
+    pos: usize,
+    inner: &ShardInner,
+    aliases: &BTreeMap<AnchorRef, u32>,
+) -> Result<(), String> {
     let class = g.index;
     let sharing = &inner.sharing;
     let mut indexed = 0;
@@ -198,24 +228,35 @@ fn check_sharing(g: &ClassGeometry, inner: &ShardInner) -> Result<(), String> {
             sharing.index.len()
         ));
     }
-    let mut refs = std::collections::HashMap::new();
-    for (entry, anchor) in inner.handles.iter_aliases() {
-        if !sharing.anchors.contains_key(&anchor) {
-            return Err(format!(
-                "class {class}: alias {entry} names entry {anchor}, not a live anchor"
-            ));
-        }
-        *refs.entry(anchor).or_insert(0u32) += 1;
-    }
-    let aliases: u32 = refs.values().sum();
-    if inner.handles.live() != inner.handles.located() + aliases as usize {
+    let own_aliases = inner.handles.iter_aliases().count();
+    if inner.handles.live() != inner.handles.located() + own_aliases {
         return Err(format!("class {class}: live entry count mismatch"));
     }
-    for (&anchor, count) in &sharing.anchors {
-        let aliases = refs.get(&anchor).copied().unwrap_or(0);
-        if count.refs != aliases || aliases == 0 {
+    let here = AnchorRef {
+        shard: pos,
+        entry: 0,
+    }..=AnchorRef {
+        shard: pos,
+        entry: u32::MAX,
+    };
+    for (anchor, _) in aliases.range(here) {
+        if !sharing.anchors.contains_key(&anchor.entry) {
             return Err(format!(
-                "class {class}: anchor {anchor} counts {} references but {aliases} aliases name it",
+                "class {class}: an alias names entry {} of shard {pos}, not a live anchor",
+                anchor.entry
+            ));
+        }
+    }
+    for (&anchor, count) in &sharing.anchors {
+        let named = AnchorRef {
+            shard: pos,
+            entry: anchor,
+        };
+        let naming = aliases.get(&named).copied().unwrap_or(0);
+        if count.refs != naming || naming == 0 {
+            return Err(format!(
+                "class {class}: anchor {anchor} of shard {pos} counts {} references but {naming} \
+                 aliases name it",
                 count.refs
             ));
         }

@@ -8,7 +8,8 @@
 //! large anonymous mappings and an emptied zspage's pages go back to the OS at once
 //! ([`sys`]), so the process's resident memory follows [`Pool::total_pages`]. Several
 //! handles may name one object: [`Pool::share`], inline deduplication
-//! ([`Pool::malloc_dedup`]) and folding of identical objects ([`Pool::fold`], seed 004).
+//! ([`Pool::malloc_dedup`]) and folding of identical objects ([`Pool::fold`], seed 004), also
+//! across the shards of a size class.
 //!
 //! ```
 //! let pool = zsmalloc::Pool::new(8).unwrap();
@@ -55,5 +56,7 @@ pub use error::{Error, Result};
 pub use fold::{FoldReport, ShareStats};
 pub use handle::Handle;
 pub use pool::Pool;
+#[doc(hidden)]
+pub use shard::pin_malloc_shard;
 pub use stats::{ClassStats, PoolStats, format_class_table};
 pub use sys::PAGE_SIZE;

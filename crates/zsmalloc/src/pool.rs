@@ -19,9 +19,13 @@
 //! Lock order (never taken the other way round):
 //!
 //! 1. a class-shard lock (`ClassShard::inner`) — protects everything of one class shard:
-//!    its zspages (their memory and bookkeeping), fullness lists and handle table. At most
-//!    one is held at a time. Object copies (at most 4 KiB) happen under it; compaction
-//!    and folding take it per batch of steps and let go in between.
+//!    its zspages (their memory and bookkeeping), fullness lists, handle table, reference
+//!    counts and content index. At most one is held at a time, by every operation, also
+//!    those that cross shards (a handle in one shard naming an anchor in another of its
+//!    class): they take the shards' locks one after the other, the alias's first, and
+//!    keep the anchor alive in between by a reference (see `share.rs` and `fold.rs`).
+//!    Object copies (at most 4 KiB) happen under it; compaction and folding take it per
+//!    batch of steps and let go in between.
 //! 2. the page-source lock (`sys::PageSource`) — a leaf, never held while taking another.
 //!    Zspage pages are obtained and given back without the class-shard lock held.
 //!
@@ -31,7 +35,7 @@
 //! one per CPU by default), each with its own lock, zspages and handle table; an object
 //! stays in its shard for life. A class uses its first shard until threads contend for it,
 //! then each thread its own (see `shard.rs`), so a class one thread uses packs exactly as
-//! the kernel's.
+//! the kernel's. Sharing, deduplication and folding work across the shards of a class.
 //!
 //! The kernel also has a per-zspage lock so that a mapped object can be read without the
 //! class lock; here an object is only borrowed for the span of a closure

@@ -14,7 +14,8 @@
 //!
 //! Beyond the kernel, each size class can be split into up to [`MAX_SHARDS_PER_CLASS`]
 //! shards (one per CPU by default), each with its own lock, zspages and handle table; an
-//! object stays in its shard for life (its handle names it). A class starts on its first
+//! object stays in its shard for life (its anchor, or its one handle, names it; handles
+//! to a shared object may live in other shards of its class: `share.rs`). A class starts on its first
 //! shard; the first time a `malloc` finds that shard's lock held by another thread, the
 //! class becomes *sharded* and from then on each thread allocates in its own shard (threads
 //! are numbered in order of first use). Threads contending for a class thus stop sharing a
@@ -27,7 +28,7 @@ use std::sync::atomic::Ordering;
 use crossbeam_utils::CachePadded;
 
 use crate::class::{ClassGeometry, ClassTable, NUM_CLASSES};
-use crate::handle::{Flags, HandleTable, Location, MAX_CLASS_SHARDS, MAX_ZSPAGES, Slot};
+use crate::handle::{AnchorRef, Flags, HandleTable, Location, MAX_CLASS_SHARDS, MAX_ZSPAGES, Slot};
 use crate::sharing::Sharing;
 use crate::sync::{AtomicBool, Mutex, MutexGuard};
 use crate::sys::PageRun;
@@ -192,17 +193,36 @@ impl ShardInner {
         self.handles.located()
     }
 
-    /// Where the object a caller's handle (`entry`, `generation`) names is: `None` when the
-    /// handle is stale, or names an anchor (never handed out, so forged).
+    /// Where the object a caller's handle (`entry`, `generation`, of this shard, at position
+    /// `pos`) names is, as far as this shard knows: `None` when the handle is stale, or
+    /// names an anchor (never handed out, so forged).
     #[inline]
-    pub fn resolve(&self, entry: u32, generation: u64) -> Option<Resolved> {
+    pub fn resolve(&self, pos: usize, entry: u32, generation: u64) -> Option<Resolved> {
         match self.handles.get(entry, generation)? {
             Slot::Located(_, flags) if flags.has(Flags::ANCHOR) => None,
             Slot::Located(loc, flags) => Some(Resolved::Direct(loc, flags)),
-            Slot::Alias(anchor) => Some(Resolved::Alias {
-                anchor,
-                loc: self.handles.location(anchor),
+            Slot::Alias(anchor) if anchor.shard == pos => Some(Resolved::Alias {
+                anchor: anchor.entry,
+                loc: self.handles.location(anchor.entry),
             }),
+            Slot::Alias(anchor) => Some(Resolved::Remote(anchor)),
+        }
+    }
+
+    /// Where the object of the anchor `entry` of this shard is, which an alias in another
+    /// shard names: `None` if the entry is not a live anchor. That cannot happen while the
+    /// alias lives (its reference keeps the anchor), but the alias's lock was let go before
+    /// this one was taken, so a caller freeing the handle meanwhile is found out here
+    /// rather than trusted.
+    #[inline]
+    pub fn anchor_location(&self, entry: u32) -> Option<Location> {
+        match self.handles.live_slot(entry)? {
+            Slot::Located(loc, flags)
+                if flags.has(Flags::ANCHOR) && self.sharing.anchors.contains_key(&entry) =>
+            {
+                Some(loc)
+            }
+            _ => None,
         }
     }
 
@@ -236,21 +256,37 @@ impl ShardInner {
     }
 }
 
-/// Where a caller's handle leads.
+/// Where a caller's handle leads, as far as its own shard knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Resolved {
     /// An object only this handle names: its place and flags.
     Direct(Location, Flags),
-    /// A shared object: its anchor entry and its place.
+    /// A shared object whose anchor is in the same shard: its anchor entry and its place.
     Alias { anchor: u32, loc: Location },
+    /// A shared object whose anchor is in another shard of the class.
+    Remote(AnchorRef),
 }
 
-impl Resolved {
+/// The object a caller's handle names, found in the shard that locates it (the handle's
+/// own, or its anchor's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// An object only this handle names: the handle's entry, the object's place and flags.
+    Direct {
+        entry: u32,
+        loc: Location,
+        flags: Flags,
+    },
+    /// A shared object: its anchor entry and its place.
+    Anchor { entry: u32, loc: Location },
+}
+
+impl Target {
     /// The object's place.
     #[inline]
     pub fn location(self) -> Location {
         match self {
-            Resolved::Direct(loc, _) | Resolved::Alias { loc, .. } => loc,
+            Target::Direct { loc, .. } | Target::Anchor { loc, .. } => loc,
         }
     }
 }
@@ -306,6 +342,31 @@ impl Shards {
         self.all.chunks(self.per_class)
     }
 
+    /// The shards at the positions `range`.
+    #[inline]
+    pub fn slice(&self, range: std::ops::Range<usize>) -> &[CachePadded<ClassShard>] {
+        &self.all[range]
+    }
+
+    /// The positions of the shards of class `class_pos` (its position in the class table).
+    #[inline]
+    pub fn class_range(&self, class_pos: usize) -> std::ops::Range<usize> {
+        class_pos * self.per_class..(class_pos + 1) * self.per_class
+    }
+
+    /// The position in the class table of the class of the shard at `pos`.
+    #[inline]
+    pub fn class_of(&self, pos: usize) -> usize {
+        pos / self.per_class
+    }
+
+    /// Has any shard of class `class_pos` but the first been used? (Until then the others
+    /// are empty.) A hint, read without ordering.
+    #[inline]
+    pub fn is_sharded(&self, class_pos: usize) -> bool {
+        self.per_class > 1 && self.sharded[class_pos].load(Ordering::Relaxed)
+    }
+
     /// Picks and locks the shard a `malloc` in class `class_pos` uses: the first shard until
     /// another thread is found holding its lock, then the calling thread's own shard. So a
     /// class that only one thread at a time uses keeps to one shard and packs exactly as the
@@ -317,6 +378,14 @@ impl Shards {
         class_pos: usize,
     ) -> (usize, &ClassShard, MutexGuard<'_, ShardInner>) {
         let first = class_pos * self.per_class;
+        if self.per_class > 1
+            && let Some(pinned) = PINNED.with(std::cell::Cell::get)
+        {
+            // Tests: as if the class were sharded, on the pinned shard.
+            self.sharded[class_pos].store(true, Ordering::Relaxed);
+            let pos = first + pinned % self.per_class;
+            return (pos, &self.all[pos], self.all[pos].inner.lock());
+        }
         if self.per_class > 1 && !self.sharded[class_pos].load(Ordering::Relaxed) {
             if let Some(guard) = self.all[first].inner.try_lock() {
                 return (first, &self.all[first], guard);
@@ -344,4 +413,19 @@ fn thread_number() -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local!(static NUMBER: usize = NEXT.fetch_add(1, Ordering::Relaxed));
     NUMBER.with(|n| *n)
+}
+
+thread_local! {
+    /// Tests: the shard (modulo the shards per class) this thread's allocations use.
+    static PINNED: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// Test hook: pins the calling thread's allocations (`malloc`, and `malloc_dedup` when it
+/// stores) to shard `shard % shards` of every class, marking the classes it allocates in
+/// sharded, as contention would; `None` goes back to the normal choice. It lets tests put
+/// objects in chosen shards without racing threads for it. (A thread-local: under
+/// `--cfg shuttle` every model thread shares it.)
+#[doc(hidden)]
+pub fn pin_malloc_shard(shard: Option<usize>) {
+    PINNED.with(|p| p.set(shard));
 }

@@ -14,19 +14,40 @@
 //! [`Error::Shared`]), even when one handle is left: its anchor stays until the object
 //! goes.
 //!
-//! Every step is one hold of the handle's class-shard lock, and every handle naming an
-//! object lives in the object's class shard (a handle names its shard), so sharing never
-//! crosses shards: `malloc_dedup` looks only in the shard `malloc` would use.
+//! Across shards. An alias may live in another shard of the object's class than its anchor
+//! (a *remote* alias: `fold` and `malloc_dedup` find copies in every shard of a class), and
+//! still only one class-shard lock is held at a time:
+//!
+//! - resolving a remote alias (`read`, `with_object`, `refs`, `object_id`, `share`): read
+//!   the alias under its shard's lock, let go, take the anchor's shard lock, check the
+//!   anchor is live and use it ([`Pool::with_target`]);
+//! - `share` of any alias takes the reference and issues the new alias in the anchor's
+//!   shard, in one hold of its lock, so the new handle names the anchor's shard;
+//! - `free_shared` of a remote alias frees the alias entry under its shard's lock (its
+//!   generation moves on), lets go, then drops the anchor's reference under the anchor's
+//!   shard lock, freeing anchor and object with the last;
+//! - `malloc_dedup` looks in the content index of its own shard, then of each other shard of
+//!   the class, one lock at a time, and a hit issues an alias in the hit's shard;
+//! - `fold` takes a reference (a reservation) under the anchor's shard lock before turning
+//!   a copy in another shard into an alias of it, and gives it back if the copy changed.
+//!
+//! This holds because a live alias's reference keeps its anchor live, and a caller never
+//! uses a handle while freeing that same handle (the contract of every handle, as in the
+//! kernel's zsmalloc: the pool finds stale handles, not a caller's races; a remote anchor
+//! found gone is reported as a stale handle). In between the two steps of a remote free
+//! or of a fold, an anchor's count may be one more than the aliases naming it; a reference
+//! is never missing, so the anchor never goes early.
 
 use std::collections::hash_map::Entry;
 
 use crate::class::{ClassGeometry, MAX_ALLOC_SIZE};
 use crate::error::{Error, Result};
 use crate::fold::ShareStats;
-use crate::handle::{Flags, Handle, Slot};
+use crate::handle::{AnchorRef, Flags, Handle, Slot};
 use crate::pool::{Pool, check_size};
-use crate::shard::{Resolved, ShardInner};
+use crate::shard::{Resolved, ShardInner, Target};
 use crate::sharing::{Anchor, content_hash};
+use crate::sys::PageRun;
 use crate::zspage::set_header;
 
 impl ShardInner {
@@ -57,7 +78,13 @@ impl ShardInner {
             set_header(meta.run.bytes_mut(), geom.size, loc.obj as usize, name);
         }
         let id = Handle::encode(pos, self.handles.generation(entry), entry).to_raw();
-        self.handles.set(entry, Slot::Alias(anchor));
+        self.handles.set(
+            entry,
+            Slot::Alias(AnchorRef {
+                shard: pos,
+                entry: anchor,
+            }),
+        );
         self.sharing.anchors.insert(anchor, Anchor { refs: 1, id });
         if flags.has(Flags::INDEXED) {
             let hash = content_hash(self.object(geom, loc));
@@ -71,9 +98,14 @@ impl ShardInner {
         Some(anchor)
     }
 
-    /// A new alias of `anchor`: `(entry, generation)`, or `None` when the table is full.
-    pub fn add_alias(&mut self, anchor: u32) -> Option<(u32, u64)> {
-        let issued = self.handles.alloc_slot(Slot::Alias(anchor))?;
+    /// A new alias of `anchor` of this shard (at `pos`): `(entry, generation)`, or `None`
+    /// when the table is full.
+    pub fn add_alias(&mut self, pos: usize, anchor: u32) -> Option<(u32, u64)> {
+        let here = AnchorRef {
+            shard: pos,
+            entry: anchor,
+        };
+        let issued = self.handles.alloc_slot(Slot::Alias(here))?;
         self.anchor_mut(anchor).refs += 1;
         self.epoch += 1;
         Some(issued)
@@ -97,78 +129,115 @@ impl ShardInner {
     }
 }
 
+impl ShardInner {
+    /// Drops one reference to the anchor `anchor`; with the last, the anchor and its object
+    /// go. Returns whether they went, and the pages of a zspage that emptied, for the caller
+    /// to release after unlocking.
+    pub fn put_anchor(&mut self, geom: &ClassGeometry, anchor: u32) -> (bool, Option<PageRun>) {
+        let count = self.anchor_mut(anchor);
+        count.refs -= 1;
+        if count.refs > 0 {
+            self.epoch += 1;
+            return (false, None);
+        }
+        self.sharing.anchors.remove(&anchor);
+        (true, self.free_located(geom, anchor))
+    }
+
+    /// Frees a located entry (a direct handle's, or an anchor without references) and its
+    /// object; returns the pages of a zspage that emptied, to release after unlocking.
+    pub fn free_located(&mut self, geom: &ClassGeometry, owner: u32) -> Option<PageRun> {
+        let Slot::Located(loc, flags) = self.handles.slot(owner) else {
+            unreachable!("entry {owner} resolved to an object")
+        };
+        if flags.has(Flags::INDEXED) {
+            self.unindex(geom, owner);
+        }
+        let owner_gen = self.handles.generation(owner);
+        self.handles.free(owner, owner_gen);
+        self.epoch += 1;
+        self.release_object(geom, loc)
+    }
+
+    /// A new handle to the object with capacity bytes `stored` if this shard (at `pos`)
+    /// indexes one under `hash` (the bytes compared in full); `None` otherwise.
+    fn share_indexed(
+        &mut self,
+        pos: usize,
+        geom: &ClassGeometry,
+        hash: u64,
+        stored: &[u8],
+    ) -> Result<Option<Handle>> {
+        let Some(&owner) = self.sharing.index.get(&hash) else {
+            return Ok(None);
+        };
+        if self.object(geom, self.handles.location(owner)) != stored {
+            return Ok(None);
+        }
+        let anchor = self
+            .anchor_of(pos, geom, owner)
+            .ok_or(Error::TooManyObjects)?;
+        let (entry, generation) = self.add_alias(pos, anchor).ok_or(Error::TooManyObjects)?;
+        Ok(Some(Handle::encode(pos, generation, entry)))
+    }
+}
+
 impl Pool {
     /// Another handle naming the object `handle` names. The object becomes shared: it is
     /// read-only (`write` through any of its handles fails with [`crate::Error::Shared`])
-    /// and it is freed with its last handle.
+    /// and it is freed with its last handle. The new handle is issued in the shard of the
+    /// object's anchor (which may differ from `handle`'s).
     pub fn share(&self, handle: Handle) -> Result<Handle> {
-        let (pos, shard, entry, generation) = self.shard_of(handle)?;
-        let geom = shard.geom;
-        let mut inner = shard.inner.lock();
-        let anchor = match inner
-            .resolve(entry, generation)
-            .ok_or(Error::StaleHandle(handle))?
-        {
-            Resolved::Alias { anchor, .. } => anchor,
-            Resolved::Direct(..) => inner
-                .make_shared(pos, &geom, entry)
-                .ok_or(Error::TooManyObjects)?,
-        };
-        let (entry, generation) = inner.add_alias(anchor).ok_or(Error::TooManyObjects)?;
-        Ok(Handle::encode(pos, generation, entry))
+        self.with_target(handle, |pos, shard, inner, target| {
+            let anchor = match target {
+                Target::Anchor { entry, .. } => entry,
+                Target::Direct { entry, .. } => inner
+                    .make_shared(pos, &shard.geom, entry)
+                    .ok_or(Error::TooManyObjects)?,
+            };
+            let (entry, generation) = inner.add_alias(pos, anchor).ok_or(Error::TooManyObjects)?;
+            Ok(Handle::encode(pos, generation, entry))
+        })?
     }
 
     /// Frees one handle; returns `true` when the object went with it (it was the last handle
     /// naming it), `false` when other handles still name it. A stale handle fails.
     pub fn free_shared(&self, handle: Handle) -> Result<bool> {
-        let (_, shard, entry, generation) = self.shard_of(handle)?;
+        let stale = || Error::StaleHandle(handle);
+        let (pos, shard, entry, generation) = self.shard_of(handle)?;
         let geom = shard.geom;
-        let released = {
-            let mut inner = shard.inner.lock();
-            let resolved = inner
-                .resolve(entry, generation)
-                .ok_or(Error::StaleHandle(handle))?;
-            // The located entry going with the object, if it goes.
-            let owner = match resolved {
-                Resolved::Direct(..) => entry,
-                Resolved::Alias { anchor, .. } => {
-                    inner.handles.free(entry, generation);
-                    let count = inner.anchor_mut(anchor);
-                    count.refs -= 1;
-                    if count.refs > 0 {
-                        inner.epoch += 1;
-                        return Ok(false);
-                    }
-                    inner.sharing.anchors.remove(&anchor);
-                    anchor
-                }
-            };
-            let Slot::Located(loc, flags) = inner.handles.slot(owner) else {
-                unreachable!("entry {owner} resolved to an object")
-            };
-            if flags.has(Flags::INDEXED) {
-                inner.unindex(&geom, owner);
+        let mut inner = shard.inner.lock();
+        let (gone, released) = match inner.resolve(pos, entry, generation).ok_or_else(stale)? {
+            Resolved::Direct(..) => (true, inner.free_located(&geom, entry)),
+            Resolved::Alias { anchor, .. } => {
+                inner.handles.free(entry, generation);
+                inner.put_anchor(&geom, anchor)
             }
-            let owner_gen = inner.handles.generation(owner);
-            inner.handles.free(owner, owner_gen);
-            inner.epoch += 1;
-            inner.release_object(&geom, loc)
+            Resolved::Remote(anchor) => {
+                // The alias first, under its shard's lock; then the reference, under the
+                // anchor's (one lock at a time: the reference keeps the anchor meanwhile).
+                inner.handles.free(entry, generation);
+                inner.epoch += 1;
+                drop(inner);
+                let home = self.shards.get(anchor.shard).ok_or_else(stale)?;
+                inner = home.inner.lock();
+                inner.anchor_location(anchor.entry).ok_or_else(stale)?;
+                inner.put_anchor(&geom, anchor.entry)
+            }
         };
+        drop(inner);
         if let Some(run) = released {
             self.release(run);
         }
-        Ok(true)
+        Ok(gone)
     }
 
     /// Handles naming the object `handle` names (1 for an object nobody shares).
     pub fn refs(&self, handle: Handle) -> Result<u32> {
-        let (_, shard, entry, generation) = self.shard_of(handle)?;
-        let mut inner = shard.inner.lock();
-        match inner.resolve(entry, generation) {
-            None => Err(Error::StaleHandle(handle)),
-            Some(Resolved::Direct(..)) => Ok(1),
-            Some(Resolved::Alias { anchor, .. }) => Ok(inner.anchor_mut(anchor).refs),
-        }
+        self.with_target(handle, |_, _, inner, target| match target {
+            Target::Direct { .. } => 1,
+            Target::Anchor { entry, .. } => inner.anchor_mut(entry).refs,
+        })
     }
 
     /// A number naming the stored object behind `handle`: equal for every handle that names
@@ -179,22 +248,22 @@ impl Pool {
     /// sharing does not change it either); like handles, ids of objects that lived at
     /// different times may repeat only after 2^19 reuses of a handle-table entry.
     pub fn object_id(&self, handle: Handle) -> Result<u64> {
-        let (_, shard, entry, generation) = self.shard_of(handle)?;
-        let mut inner = shard.inner.lock();
-        match inner.resolve(entry, generation) {
-            None => Err(Error::StaleHandle(handle)),
-            Some(Resolved::Direct(..)) => Ok(handle.to_raw()),
-            Some(Resolved::Alias { anchor, .. }) => Ok(inner.anchor_mut(anchor).id),
-        }
+        self.with_target(handle, |_, _, inner, target| match target {
+            Target::Direct { .. } => handle.to_raw(),
+            Target::Anchor { entry, .. } => inner.anchor_mut(entry).id,
+        })
     }
 
     /// Stores `data` (1..=4096 bytes): in a new object, or — when an object of the same
-    /// class shard in the content index holds the same bytes (found by hash, checked in
-    /// full) — as another handle to that object. Returns the handle and whether it shares.
+    /// class in a content index holds the same bytes (found by hash, checked in full) — as
+    /// another handle to that object. Returns the handle and whether it shares.
     ///
-    /// A new object is written (as by [`Pool::write`]) and, unless another object already
-    /// holds its hash in the index, indexed. Either way the object may become shared by a
-    /// later `malloc_dedup` or `fold`, so callers must not rewrite it in place.
+    /// It looks in the index of the shard `malloc` would use first, then (once the class
+    /// is sharded) in each other shard of the class, one lock at a time; a hit in another
+    /// shard issues the handle there. A new object is written (as by [`Pool::write`]) and,
+    /// unless another object of its shard already holds its hash in the index, indexed.
+    /// Either way the object may become shared by a later `malloc_dedup` or `fold`, so
+    /// callers must not rewrite it in place.
     pub fn malloc_dedup(&self, data: &[u8]) -> Result<(Handle, bool)> {
         check_size(data.len())?;
         let class_pos = self.table.position_for(data.len());
@@ -206,14 +275,25 @@ impl Pool {
         let hash = content_hash(stored);
         let (pos, shard, mut inner) = self.shards.lock_for_malloc(class_pos);
         let geom = shard.geom;
-        if let Some(&owner) = inner.sharing.index.get(&hash)
-            && inner.object(&geom, inner.handles.location(owner)) == stored
-        {
-            let anchor = inner
-                .anchor_of(pos, &geom, owner)
-                .ok_or(Error::TooManyObjects)?;
-            let (entry, generation) = inner.add_alias(anchor).ok_or(Error::TooManyObjects)?;
-            return Ok((Handle::encode(pos, generation, entry), true));
+        if let Some(handle) = inner.share_indexed(pos, &geom, hash, stored)? {
+            return Ok((handle, true));
+        }
+        if self.shards.is_sharded(class_pos) {
+            drop(inner);
+            for other in self.shards.class_range(class_pos).filter(|&p| p != pos) {
+                let Some(there) = self.shards.get(other) else {
+                    continue;
+                };
+                let mut inner = there.inner.lock();
+                if let Some(handle) = inner.share_indexed(other, &geom, hash, stored)? {
+                    return Ok((handle, true));
+                }
+            }
+            inner = shard.inner.lock();
+            // Stored here meanwhile?
+            if let Some(handle) = inner.share_indexed(pos, &geom, hash, stored)? {
+                return Ok((handle, true));
+            }
         }
         let (handle, loc, mut inner) = self.malloc_in(pos, shard, inner)?;
         let entry = handle.decode().map_or(0, |(_, _, entry)| entry);
@@ -229,7 +309,8 @@ impl Pool {
         Ok((handle, false))
     }
 
-    /// Shared objects and the content index, now.
+    /// Shared objects and the content index, now: a shared object counts once, at its
+    /// anchor, whose reference count counts its handles in every shard.
     pub fn share_stats(&self) -> ShareStats {
         let mut stats = ShareStats::default();
         for shard in self.shards.iter() {

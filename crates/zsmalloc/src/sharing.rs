@@ -4,14 +4,15 @@
 //!
 //! Representation. Both are hash maps under the class-shard lock, in [`Sharing`]:
 //!
-//! - `anchors`: anchor entry → [`Anchor`]: how many aliases name the anchor (at least 1: the
-//!   anchor goes with its last alias) and the object's id for `Pool::object_id` (the raw
+//! - `anchors`: anchor entry → [`Anchor`]: how many aliases name the anchor, from any shard
+//!   of the class (at least 1: the anchor goes with its last alias) and the object's id for `Pool::object_id` (the raw
 //!   handle that located the object before it was shared, so the id is the same for the
 //!   object's whole life);
 //! - `index`: content hash → the located entry (a direct handle's or an anchor) of a written
 //!   object whose capacity bytes hash to it. An entry is in the index exactly when its
 //!   `INDEXED` flag is set, so each object is in it at most once and each hash names one
-//!   object; an object whose bytes change (`write`) leaves it.
+//!   object of the shard; an object whose bytes change (`write`) leaves it. Other shards of
+//!   the class have their own indexes (`malloc_dedup` looks in each).
 //!
 //! Content hashes are `xxh3_64` of an object's whole capacity (`write` zero-fills what the
 //! caller did not write, so equal capacities mean equal reads); a hash only finds

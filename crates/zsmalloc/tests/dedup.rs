@@ -1,6 +1,6 @@
-//! Inline deduplication: `malloc_dedup` stores bytes in a new object, or — when the class
-//! shard's content index holds an object with the same bytes (zero-filled to the class
-//! capacity, compared in full) — hands out another handle to it. The index follows objects
+//! Inline deduplication: `malloc_dedup` stores bytes in a new object, or — when the content
+//! index of a shard of the class holds an object with the same bytes (zero-filled to the
+//! class capacity, compared in full) — hands out another handle to it. The index follows objects
 //! as they are written, shared, folded and freed. In both layouts.
 
 use zsmalloc::{Error, Handle, Pool, PoolConfig};
@@ -149,4 +149,67 @@ fn the_index_is_counted_in_metadata_and_bad_sizes_are_refused() {
         pool.free(h).unwrap();
     }
     assert_eq!(pool.total_pages(), 0);
+}
+
+/// `malloc_dedup` from a thread pinned to shard `shard`.
+fn dedup_in(pool: &Pool, shard: usize, data: &[u8]) -> (Handle, bool) {
+    zsmalloc::pin_malloc_shard(Some(shard));
+    let r = pool.malloc_dedup(data).unwrap();
+    zsmalloc::pin_malloc_shard(None);
+    r
+}
+
+/// The class-shard position a handle names (`handle.rs`: bits 47..59).
+fn shard(h: Handle) -> u64 {
+    (h.to_raw() >> 47) & 0xFFF
+}
+
+#[test]
+fn malloc_dedup_finds_bytes_indexed_in_another_shard() {
+    for config in layouts() {
+        let pool = Pool::with_config(PoolConfig {
+            populate: false,
+            shards: 4,
+            ..config
+        })
+        .unwrap();
+        let a = bytes(7, 1500);
+        let (first, shared) = dedup_in(&pool, 2, &a);
+        assert!(!shared);
+        // From every other shard: another handle to the object of shard 2, issued there.
+        let mut hs = vec![first];
+        for s in [0, 1, 3, 2] {
+            let (h, shared) = dedup_in(&pool, s, &a);
+            assert!(shared, "from shard {s}");
+            assert_eq!(shard(h), shard(first));
+            assert_eq!(pool.object_id(h).unwrap(), pool.object_id(first).unwrap());
+            assert_eq!(read(&pool, h, 1500), a);
+            hs.push(h);
+        }
+        assert_eq!(pool.refs(first).unwrap(), 5);
+        assert_eq!(pool.stats().obj_used, 1);
+        // A content of its own: stored in the pinned shard and indexed there.
+        let (b, shared) = dedup_in(&pool, 3, &bytes(8, 1500));
+        assert!(!shared);
+        assert_eq!(shard(b), shard(first) + 1);
+        let s = pool.share_stats();
+        assert_eq!(
+            (s.shared_objects, s.extra_handles, s.index_entries),
+            (1, 4, 2)
+        );
+        pool.check_invariants().unwrap();
+        // The index entry goes with the object: then the bytes are stored anew.
+        for h in hs {
+            pool.free(h).unwrap();
+        }
+        let (again, shared) = dedup_in(&pool, 0, &a);
+        assert!(!shared);
+        assert_eq!(shard(again) + 2, shard(first));
+        pool.check_invariants().unwrap();
+        for h in [again, b] {
+            assert!(pool.free_shared(h).unwrap());
+        }
+        assert_eq!(pool.total_pages(), 0);
+        pool.check_invariants().unwrap();
+    }
 }

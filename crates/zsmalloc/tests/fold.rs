@@ -2,7 +2,8 @@
 //! each, turns the other handles into handles of the one kept, and gives the pages this
 //! frees back (`pages_folded`; its compaction is not `pages_compacted`). Never-written
 //! objects are left alone; a second pass finds nothing; already shared and indexed objects
-//! take part. In both layouts: the zram device's and the seed kernel's (headers).
+//! take part. Copies in different shards of a class are folded too. In both layouts: the
+//! zram device's and the seed kernel's (headers).
 
 use std::collections::HashMap;
 
@@ -192,6 +193,133 @@ fn fold_joins_existing_shared_and_indexed_objects() {
         assert_eq!(pool.share_stats().index_entries, 1);
         pool.check_invariants().unwrap();
         for h in copies.into_iter().chain([a, a2, plain, indexed, third]) {
+            pool.free(h).unwrap();
+        }
+        pool.check_invariants().unwrap();
+        assert_eq!(pool.total_pages(), 0);
+    }
+}
+
+/// Stores `data` in shard `shard` of a sharded pool.
+fn store_in(pool: &Pool, shard: usize, data: &[u8]) -> Handle {
+    zsmalloc::pin_malloc_shard(Some(shard));
+    let h = pool.malloc(data.len()).unwrap();
+    pool.write(h, data).unwrap();
+    zsmalloc::pin_malloc_shard(None);
+    h
+}
+
+#[test]
+fn fold_keeps_one_object_per_content_across_shards() {
+    for config in layouts() {
+        let pool = Pool::with_config(PoolConfig {
+            populate: false,
+            shards: 3,
+            ..config
+        })
+        .unwrap();
+        // 40 contents in several classes, each stored 12 times, spread over three shards
+        // (content `kind`'s copies start in shard `kind % 3`).
+        let mut objs: Vec<(Handle, Vec<u8>)> = Vec::new();
+        for copy in 0..12 {
+            for kind in 0..40 {
+                let data = content(kind, 100 + kind * 97);
+                objs.push((store_in(&pool, (copy + kind) % 3, &data), data));
+            }
+        }
+        pool.check_invariants().unwrap();
+        let before = pool.total_pages();
+        let report = pool.fold();
+        pool.check_invariants().unwrap();
+        assert_eq!(report.objects_scanned, 480);
+        assert_eq!(report.objects_folded, 440, "{:?}", config.header);
+        assert_eq!(pool.stats().obj_used, 40);
+        assert!(report.pages_freed > 0);
+        assert_eq!(
+            pool.total_pages() as u64,
+            before as u64 - report.pages_freed
+        );
+        assert_eq!(pool.freeable_pages(), 0);
+        check_all(&pool, &objs);
+        let mut ids: HashMap<u64, &[u8]> = HashMap::new();
+        for (h, data) in &objs {
+            assert_eq!(pool.refs(*h).unwrap(), 12);
+            let id = pool.object_id(*h).unwrap();
+            assert_eq!(*ids.entry(id).or_insert(data), &data[..]);
+            assert!(matches!(pool.write(*h, b"x"), Err(Error::Shared(_))));
+        }
+        assert_eq!(ids.len(), 40);
+        let s = pool.share_stats();
+        assert_eq!((s.shared_objects, s.extra_handles), (40, 440));
+        assert_eq!(pool.fold().objects_folded, 0);
+        // Handles go in any order, from any shard.
+        for (h, _) in objs.into_iter().rev() {
+            pool.free(h).unwrap();
+        }
+        pool.check_invariants().unwrap();
+        assert_eq!(pool.total_pages(), 0);
+    }
+}
+
+#[test]
+fn fold_across_shards_joins_anchors_and_indexed_objects_but_never_two_anchors() {
+    for config in layouts() {
+        let pool = Pool::with_config(PoolConfig {
+            populate: false,
+            shards: 2,
+            ..config
+        })
+        .unwrap();
+        let data = content(5, 2000);
+        // A shared object in each shard (two anchors), and plain copies in both.
+        let a0 = store_in(&pool, 0, &data);
+        let a0b = pool.share(a0).unwrap();
+        let a1 = store_in(&pool, 1, &data);
+        let a1b = pool.share(a1).unwrap();
+        let plain: Vec<Handle> = (0..4).map(|i| store_in(&pool, i % 2, &data)).collect();
+        let report = pool.fold();
+        pool.check_invariants().unwrap();
+        // The copies go; the two anchors stay two objects (anchors are only ever kept).
+        assert_eq!(report.objects_folded, 4);
+        assert_eq!(pool.stats().obj_used, 2);
+        let id0 = pool.object_id(a0).unwrap();
+        assert_eq!(pool.object_id(a0b).unwrap(), id0);
+        assert_eq!(pool.object_id(a1b).unwrap(), pool.object_id(a1).unwrap());
+        assert_ne!(pool.object_id(a1).unwrap(), id0);
+        for &h in &plain {
+            assert_eq!(
+                pool.object_id(h).unwrap(),
+                id0,
+                "folded into the first anchor"
+            );
+        }
+        assert_eq!(pool.refs(a0).unwrap(), 6);
+
+        // An indexed object in shard 1 folded into a plain one in shard 0: the index follows
+        // the object kept, so malloc_dedup still finds it, from either shard.
+        let other = content(6, 700);
+        let kept = store_in(&pool, 0, &other);
+        zsmalloc::pin_malloc_shard(Some(1));
+        let (indexed, shared) = pool.malloc_dedup(&other).unwrap();
+        zsmalloc::pin_malloc_shard(None);
+        assert!(!shared, "plain objects are not in the index");
+        assert_eq!(pool.fold().objects_folded, 1);
+        pool.check_invariants().unwrap();
+        assert_eq!(
+            pool.object_id(indexed).unwrap(),
+            pool.object_id(kept).unwrap()
+        );
+        assert_eq!(pool.share_stats().index_entries, 1);
+        for s in [0, 1] {
+            zsmalloc::pin_malloc_shard(Some(s));
+            let (h, shared) = pool.malloc_dedup(&other).unwrap();
+            zsmalloc::pin_malloc_shard(None);
+            assert!(shared, "the index names the object kept");
+            assert_eq!(pool.object_id(h).unwrap(), pool.object_id(kept).unwrap());
+            pool.free(h).unwrap();
+        }
+        pool.check_invariants().unwrap();
+        for h in plain.into_iter().chain([a0, a0b, a1, a1b, kept, indexed]) {
             pool.free(h).unwrap();
         }
         pool.check_invariants().unwrap();

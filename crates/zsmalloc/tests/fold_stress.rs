@@ -3,7 +3,8 @@
 //! while one thread folds and another compacts in loops, on pools large enough that both
 //! take many lock holds per class. Every read must return what was stored, a rewrite may
 //! only be refused because folding shared the object, and the pool's identities must hold
-//! at the end. In the seed kernel's layout (headers) and the zram device's.
+//! at the end. In the seed kernel's layout (headers) and the zram device's, and with the
+//! workers in two shards of each class (handles of one object in both).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,7 +12,7 @@ use std::thread;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use zsmalloc::{Error, Handle, Pool, PoolConfig};
+use zsmalloc::{Error, Handle, Pool, PoolConfig, pin_malloc_shard};
 
 const WORKERS: u64 = 2;
 const ITERATIONS: usize = 150_000;
@@ -29,11 +30,13 @@ fn check(pool: &Pool, h: Handle, want: &[u8]) {
     assert!(got == want, "handle {h}: read back different bytes");
 }
 
-fn stress(config: PoolConfig) {
+/// With `shards` shards per class; with more than one, each worker allocates in its own
+/// shard, so copies are folded and deduplicated across shards.
+fn stress(config: PoolConfig, shards: usize) {
     let pool = Arc::new(
         Pool::with_config(PoolConfig {
             populate: false,
-            shards: 1,
+            shards,
             ..config
         })
         .unwrap(),
@@ -58,6 +61,9 @@ fn stress(config: PoolConfig) {
         .map(|w| {
             let pool = Arc::clone(&pool);
             thread::spawn(move || {
+                if shards > 1 {
+                    pin_malloc_shard(Some(w as usize));
+                }
                 let mut rng = StdRng::seed_from_u64(77 + w);
                 let mut mine: Vec<(Handle, Vec<u8>)> = Vec::new();
                 let mut refused = 0u64;
@@ -121,7 +127,7 @@ fn stress(config: PoolConfig) {
     let (compactions, compacted) = compactor.join().unwrap();
     let refused: u64 = results.iter().map(|r| r.1).sum();
     println!(
-        "{:?}: {folds} folds folded {folded} objects, {compactions} compactions freed \
+        "{:?}, {shards} shards: {folds} folds folded {folded} objects, {compactions} compactions freed \
          {compacted} pages, {refused} rewrites refused, {} pages folded",
         config.header,
         pool.pages_folded()
@@ -145,15 +151,23 @@ fn stress(config: PoolConfig) {
 
 #[test]
 fn fold_stress_seed() {
-    stress(PoolConfig::seed(8));
+    stress(PoolConfig::seed(8), 1);
 }
 
 #[test]
 fn fold_stress_device() {
-    stress(PoolConfig {
-        chain_size: 8,
-        ..PoolConfig::default()
-    });
+    stress(
+        PoolConfig {
+            chain_size: 8,
+            ..PoolConfig::default()
+        },
+        1,
+    );
+}
+
+#[test]
+fn fold_stress_across_two_shards() {
+    stress(PoolConfig::seed(8), 2);
 }
 
 /// Folding and compaction alone on one large class: nothing else changes the shard, so

@@ -3,12 +3,15 @@
 //! bytes, how many handles name them, whether they are shared, written, indexed), with
 //! `check_invariants()` after every step and every handle's bytes (read back), `refs` and
 //! `object_id` checked. Contents come from a few patterns and sizes, so duplicates are
-//! common. In both layouts (the seed kernel's, with headers, and the zram device's).
+//! common. In both layouts (the seed kernel's, with headers, and the zram device's), with
+//! one shard per class and with several: then a `Pin` step moves the test thread's
+//! allocations to another shard (`pin_malloc_shard`, as contention would), so copies,
+//! shared objects and their handles spread over the shards of a class.
 
 use std::collections::HashMap;
 
 use proptest::prelude::*;
-use zsmalloc::{Error, Handle, Pool, PoolConfig};
+use zsmalloc::{Error, Handle, Pool, PoolConfig, pin_malloc_shard};
 
 /// Sizes from a few classes (the last one huge), so that duplicates meet.
 const SIZES: [usize; 5] = [40, 200, 1000, 3000, 4096];
@@ -24,6 +27,8 @@ enum Op {
     Fold,
     Compact,
     Stale(usize),
+    /// Allocate in shard `n % shards` from now on.
+    Pin(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -36,6 +41,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Fold),
         1 => Just(Op::Compact),
         1 => any::<usize>().prop_map(Op::Stale),
+        2 => any::<usize>().prop_map(Op::Pin),
     ]
 }
 
@@ -75,10 +81,12 @@ fn fail(msg: impl Into<String>) -> TestCaseError {
 }
 
 impl Harness {
-    fn new(config: PoolConfig) -> Self {
+    fn new(config: PoolConfig, shards: usize) -> Self {
+        // Proptest runs the cases on one thread: start each unpinned.
+        pin_malloc_shard(None);
         let pool = Pool::with_config(PoolConfig {
             populate: false,
-            shards: 1,
+            shards,
             ..config
         })
         .unwrap();
@@ -208,6 +216,7 @@ impl Harness {
                 prop_assert_eq!(self.pool.total_pages(), before - freed);
                 prop_assert_eq!(self.pool.freeable_pages(), 0);
             }
+            Op::Pin(n) => pin_malloc_shard(Some(n)),
             Op::Stale(i) => {
                 if !self.stale.is_empty() {
                     let h = self.stale[i % self.stale.len()];
@@ -307,17 +316,21 @@ impl Harness {
     }
 }
 
-fn run(config: PoolConfig, ops: &[Op]) -> Result<(), TestCaseError> {
-    let mut h = Harness::new(config);
-    for op in ops {
-        h.step(op)?;
-    }
-    h.step(&Op::Fold)?;
-    while !h.live.is_empty() {
-        h.step(&Op::Free(0))?;
-    }
-    prop_assert_eq!(h.pool.total_pages(), 0);
-    Ok(())
+fn run(config: PoolConfig, shards: usize, ops: &[Op]) -> Result<(), TestCaseError> {
+    let mut h = Harness::new(config, shards);
+    let result = (|| {
+        for op in ops {
+            h.step(op)?;
+        }
+        h.step(&Op::Fold)?;
+        while !h.live.is_empty() {
+            h.step(&Op::Free(0))?;
+        }
+        prop_assert_eq!(h.pool.total_pages(), 0);
+        Ok(())
+    })();
+    pin_malloc_shard(None);
+    result
 }
 
 proptest! {
@@ -325,16 +338,26 @@ proptest! {
 
     #[test]
     fn shared_model_chain_4_seed(ops in prop::collection::vec(op(), 1..250)) {
-        run(PoolConfig::seed(4), &ops)?;
+        run(PoolConfig::seed(4), 1, &ops)?;
     }
 
     #[test]
     fn shared_model_chain_8_device(ops in prop::collection::vec(op(), 1..250)) {
-        run(PoolConfig { chain_size: 8, ..PoolConfig::default() }, &ops)?;
+        run(PoolConfig { chain_size: 8, ..PoolConfig::default() }, 1, &ops)?;
     }
 
     #[test]
     fn shared_model_chain_16_seed(ops in prop::collection::vec(op(), 1..250)) {
-        run(PoolConfig::seed(16), &ops)?;
+        run(PoolConfig::seed(16), 1, &ops)?;
+    }
+
+    #[test]
+    fn shared_model_3_shards_chain_4_seed(ops in prop::collection::vec(op(), 1..250)) {
+        run(PoolConfig::seed(4), 3, &ops)?;
+    }
+
+    #[test]
+    fn shared_model_2_shards_chain_8_device(ops in prop::collection::vec(op(), 1..250)) {
+        run(PoolConfig { chain_size: 8, ..PoolConfig::default() }, 2, &ops)?;
     }
 }

@@ -3,7 +3,9 @@
 //! one object; shared objects are read-only; stale, double and forged frees fail loudly
 //! and change nothing. In both layouts: the zram device's (no header) and the seed
 //! kernel's (`PoolConfig::seed`: the handle in every object's header, which for a shared
-//! object names its anchor — the invariants check it).
+//! object names its anchor — the invariants check it). Handles of one object may live in
+//! different shards of its class (remote aliases, made by folding copies in two shards):
+//! they share, read, count and free like any other.
 
 use zsmalloc::{Error, Handle, Pool, PoolConfig};
 
@@ -211,6 +213,148 @@ fn object_ids_differ_between_objects_and_survive_compaction() {
         for s in shared {
             pool.free(s).unwrap();
         }
+        assert_eq!(pool.total_pages(), 0);
+        pool.check_invariants().unwrap();
+    }
+}
+
+/// A two-shard pool: objects land in the shard `pin_malloc_shard` names.
+fn two_shards(config: PoolConfig) -> Pool {
+    Pool::with_config(PoolConfig {
+        populate: false,
+        shards: 2,
+        ..config
+    })
+    .unwrap()
+}
+
+/// The class-shard position a handle names (`handle.rs`: bits 47..59).
+fn shard(h: Handle) -> u64 {
+    (h.to_raw() >> 47) & 0xFFF
+}
+
+/// Two copies of `data`, written in shards 0 and 1 of a two-shard pool, then folded: the
+/// copy in shard 0 is kept and the handle in shard 1 becomes a remote alias of its anchor.
+fn remote_pair(pool: &Pool, data: &[u8]) -> (Handle, Handle) {
+    let mut hs = [0, 1].map(|s| {
+        zsmalloc::pin_malloc_shard(Some(s));
+        let h = pool.malloc(data.len()).unwrap();
+        pool.write(h, data).unwrap();
+        h
+    });
+    zsmalloc::pin_malloc_shard(None);
+    assert_eq!(shard(hs[1]), shard(hs[0]) + 1);
+    assert_eq!(pool.fold().objects_folded, 1);
+    pool.check_invariants().unwrap();
+    hs.sort_by_key(|&h| shard(h));
+    (hs[0], hs[1])
+}
+
+#[test]
+fn remote_aliases_share_read_count_and_free_across_shards() {
+    for config in layouts() {
+        let pool = two_shards(config);
+        let (local, remote) = remote_pair(&pool, b"one object, two shards");
+        let id = pool.object_id(local).unwrap();
+        assert_eq!(pool.object_id(remote).unwrap(), id);
+        assert_eq!(
+            (pool.refs(local).unwrap(), pool.refs(remote).unwrap()),
+            (2, 2)
+        );
+        assert_eq!(read(&pool, remote, 22), b"one object, two shards");
+        assert!(pool.with_object(remote, 3, |b| b == b"one").unwrap());
+        assert_eq!(
+            pool.capacity(remote).unwrap(),
+            pool.capacity(local).unwrap()
+        );
+        for h in [local, remote] {
+            assert!(matches!(pool.write(h, b"x"), Err(Error::Shared(x)) if x == h));
+        }
+        assert_eq!(pool.stats().obj_used, 1);
+
+        // Sharing a remote alias issues the new handle in the anchor's shard.
+        let third = pool.share(remote).unwrap();
+        assert_eq!(shard(third), shard(local));
+        assert_eq!(pool.refs(remote).unwrap(), 3);
+        assert_eq!(pool.object_id(third).unwrap(), id);
+        let s = pool.share_stats();
+        assert_eq!((s.shared_objects, s.extra_handles), (1, 2));
+        pool.check_invariants().unwrap();
+
+        // Freeing the remote alias drops the anchor's count in the other shard.
+        assert!(!pool.free_shared(remote).unwrap());
+        assert!(is_stale(pool.read(remote, &mut [0u8; 1]), remote));
+        assert_eq!(pool.refs(local).unwrap(), 2);
+        pool.check_invariants().unwrap();
+        assert!(!pool.free_shared(local).unwrap());
+        assert!(pool.free_shared(third).unwrap());
+        assert_eq!(pool.total_pages(), 0);
+        pool.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn the_last_handle_of_an_object_may_be_a_remote_alias() {
+    for config in layouts() {
+        let pool = two_shards(config);
+        let (local, remote) = remote_pair(&pool, &[0x5A; 3000]);
+        let more: Vec<Handle> = (0..3).map(|_| pool.share(remote).unwrap()).collect();
+        assert!(!pool.free_shared(local).unwrap());
+        for h in more {
+            assert!(!pool.free_shared(h).unwrap());
+        }
+        // Only the alias in shard 1 is left: it still reads the object in shard 0.
+        assert_eq!(pool.refs(remote).unwrap(), 1);
+        assert_eq!(read(&pool, remote, 3000), [0x5A; 3000]);
+        pool.check_invariants().unwrap();
+        assert!(pool.free_shared(remote).unwrap());
+        assert_eq!((pool.stats().obj_used, pool.total_pages()), (0, 0));
+        pool.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn stale_double_and_forged_uses_of_remote_aliases_fail_and_change_nothing() {
+    for config in layouts() {
+        let pool = two_shards(config);
+        let (local, remote) = remote_pair(&pool, b"abc");
+        // In the new pool `local` took entry 0 of its table and the fold's anchor entry 1.
+        let anchor = Handle::from_raw(local.to_raw() + 1);
+        let next_generation = Handle::from_raw(remote.to_raw() + (1 << 28));
+        let no_shard = Handle::from_raw(remote.to_raw() | (0xFFF << 47));
+        let before = (pool.total_pages(), pool.refs(local).unwrap());
+        for forged in [anchor, next_generation, no_shard] {
+            assert!(is_stale(pool.free_shared(forged), forged), "free {forged}");
+            assert!(is_stale(pool.share(forged), forged));
+            assert!(is_stale(pool.refs(forged), forged));
+            assert!(is_stale(pool.object_id(forged), forged));
+            assert!(is_stale(pool.read(forged, &mut [0u8; 3]), forged));
+            assert!(is_stale(pool.write(forged, b"x"), forged));
+            assert!(is_stale(pool.capacity(forged), forged));
+        }
+        assert_eq!((pool.total_pages(), pool.refs(local).unwrap()), before);
+        pool.check_invariants().unwrap();
+        // A remote alias freed twice: the second free fails, and the object stays.
+        assert!(!pool.free_shared(remote).unwrap());
+        for _ in 0..2 {
+            assert!(is_stale(pool.free_shared(remote), remote));
+            assert!(is_stale(pool.share(remote), remote));
+            assert!(is_stale(pool.refs(remote), remote));
+            assert!(is_stale(pool.object_id(remote), remote));
+        }
+        assert_eq!(pool.refs(local).unwrap(), 1);
+        assert_eq!(read(&pool, local, 3), b"abc");
+        pool.check_invariants().unwrap();
+        // Its entry is reused by the next handle of its shard, with a new generation.
+        zsmalloc::pin_malloc_shard(Some(1));
+        let reuse = pool.malloc(3).unwrap();
+        zsmalloc::pin_malloc_shard(None);
+        assert_eq!(shard(reuse), shard(remote));
+        assert_ne!(reuse, remote);
+        assert!(is_stale(pool.free_shared(remote), remote));
+        pool.check_invariants().unwrap();
+        assert!(pool.free_shared(local).unwrap());
+        pool.free(reuse).unwrap();
         assert_eq!(pool.total_pages(), 0);
         pool.check_invariants().unwrap();
     }

@@ -2,7 +2,7 @@
 //! still reads it afterwards; objects count once however many handles name them. In both
 //! layouts: the zram device's (no header) and the seed kernel's (`PoolConfig::seed`, where
 //! a shared object's header names its anchor and must still after the move — the
-//! invariants check it).
+//! invariants check it). Also when the handles are in another shard than the object.
 
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -87,6 +87,75 @@ fn compaction_moves_shared_objects_once_and_every_handle_follows() {
         pool.compact();
         pool.check_invariants().unwrap();
         for h in last.into_iter().flatten() {
+            assert!(pool.free_shared(h).unwrap());
+        }
+        pool.check_invariants().unwrap();
+        assert_eq!(pool.total_pages(), 0);
+    }
+}
+
+/// Anchors in shard 0 whose only handles are remote aliases in shard 1: compacting shard 0
+/// moves the objects, and the aliases in shard 1 (which name the anchors' entries, not
+/// places) still read them. In both layouts (with headers, each moved object's header
+/// still names its anchor).
+#[test]
+fn compaction_moves_objects_whose_handles_are_in_another_shard() {
+    for config in [PoolConfig::default(), PoolConfig::seed(8)] {
+        let pool = Pool::with_config(PoolConfig {
+            populate: false,
+            shards: 2,
+            ..config
+        })
+        .unwrap();
+        let mut rng = StdRng::seed_from_u64(9);
+        let size = 900;
+        let contents: Vec<Vec<u8>> = (0..1200)
+            .map(|_| {
+                let mut data = vec![0u8; size];
+                rng.fill(&mut data[..]);
+                data
+            })
+            .collect();
+        let store = |shard: usize, data: &[u8]| {
+            zsmalloc::pin_malloc_shard(Some(shard));
+            let h = pool.malloc(data.len()).unwrap();
+            pool.write(h, data).unwrap();
+            zsmalloc::pin_malloc_shard(None);
+            h
+        };
+        // Every content in shard 0; every fourth one copied into shard 1.
+        let originals: Vec<Handle> = contents.iter().map(|d| store(0, d)).collect();
+        let copies: Vec<(Handle, usize)> = (0..contents.len())
+            .step_by(4)
+            .map(|i| (store(1, &contents[i]), i))
+            .collect();
+        let report = pool.fold();
+        assert_eq!(report.objects_folded, copies.len() as u64);
+        // Shard 0 keeps the objects; the copies' handles are remote aliases now. Free every
+        // handle in shard 0: the folded objects stay for their remote aliases alone.
+        for (i, h) in originals.into_iter().enumerate() {
+            assert_eq!(pool.free_shared(h).unwrap(), i % 4 != 0);
+        }
+        pool.check_invariants().unwrap();
+        assert_eq!(pool.stats().obj_used, copies.len());
+        assert!(pool.freeable_pages() > 0);
+        let before = pool.total_pages();
+        let freed = pool.compact();
+        pool.check_invariants().unwrap();
+        assert!(freed > 0);
+        assert_eq!(pool.total_pages(), before - freed);
+        assert_eq!(pool.freeable_pages(), 0);
+        for &(h, i) in &copies {
+            let mut got = vec![0u8; size];
+            pool.read(h, &mut got).unwrap();
+            assert_eq!(
+                got, contents[i],
+                "{:?}: handle {h} after compaction",
+                config.header
+            );
+            assert_eq!(pool.refs(h).unwrap(), 1);
+        }
+        for (h, _) in copies {
             assert!(pool.free_shared(h).unwrap());
         }
         pool.check_invariants().unwrap();

@@ -1,7 +1,9 @@
 //! Model-checks the locking protocol with `shuttle`: malloc, write, read and free racing with
 //! compaction on a small pool, and folding racing with `free_shared`, `share`,
-//! `malloc_dedup`, compaction and readers, under many thread interleavings. Every read must
-//! return what its thread wrote and the pool's identities must hold at the end.
+//! `malloc_dedup`, compaction and readers, under many thread interleavings — also on a class
+//! of two shards, where handles in one shard name objects in the other (remote aliases) and
+//! folding and `malloc_dedup` work across the shards. Every read must return what its
+//! thread wrote and the pool's identities must hold at the end.
 //!
 //! Built only with `--cfg shuttle` (the crate's `sync` shim then uses shuttle's locks):
 //! `RUSTFLAGS="--cfg shuttle" cargo test -p zsmalloc --release --test shuttle_locking`.
@@ -11,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use shuttle::thread;
-use zsmalloc::{Handle, Pool, PoolConfig};
+use zsmalloc::{Handle, Pool, PoolConfig, pin_malloc_shard};
 
 /// With chain 4, 2700-byte objects (2708 without the header) live in class 168 (2720 bytes):
 /// 3 objects per 2 pages, so a handful of objects spread over several zspages, compaction has
@@ -359,5 +361,163 @@ fn fold_races_free_share_dedup_compaction_and_readers() {
     );
     println!("{runs} schedules, the racing fold folded in {folded}");
     assert_eq!(runs, 50_000);
+    assert!(folded > 0, "the racing fold never folded");
+}
+
+/// Schedules of the cross-shard scenario, and those in which the racing `fold` folded.
+static CROSS_RUNS: AtomicUsize = AtomicUsize::new(0);
+static CROSS_FOLDED: AtomicUsize = AtomicUsize::new(0);
+
+/// Stores `data` in shard `shard` of the class (with `malloc_dedup` if `dedup`).
+fn store_in(pool: &Pool, shard: usize, data: &[u8], dedup: bool) -> Handle {
+    pin_malloc_shard(Some(shard));
+    let h = if dedup {
+        pool.malloc_dedup(data).unwrap().0
+    } else {
+        let h = pool.malloc(data.len()).unwrap();
+        pool.write(h, data).unwrap();
+        h
+    };
+    pin_malloc_shard(None);
+    h
+}
+
+/// Folding across the two shards of a class while remote aliases (handles in shard 1
+/// naming anchors in shard 0) are freed, shared and read, `malloc_dedup` finds the other
+/// shard's index, a copy being folded is rewritten, and shard 0 is compacted.
+fn cross_shard_scenario_with(config: PoolConfig) {
+    let big = BIG + 8 - config.header.bytes();
+    let pool = Arc::new(
+        Pool::with_config(PoolConfig {
+            populate: false,
+            shards: 2,
+            ..config
+        })
+        .unwrap(),
+    );
+    let [a, b, c, d, e, a_new] = [1, 2, 3, 4, 5, 6].map(|tag| content(tag, big));
+    // Shard 0: A, B (indexed), C | D: two zspages. Shard 1: copies of A and B.
+    let a0 = store_in(&pool, 0, &a, false);
+    let b0 = store_in(&pool, 0, &b, true);
+    let c0 = store_in(&pool, 0, &c, false);
+    let d0 = store_in(&pool, 0, &d, false);
+    let a1 = store_in(&pool, 1, &a, false);
+    let b1 = store_in(&pool, 1, &b, false);
+    // The copies in shard 1 become remote aliases of anchors in shard 0.
+    assert_eq!(pool.fold().objects_folded, 2);
+    // A hole in shard 0 for compaction; in shard 1 a new copy of A for the racing fold.
+    pool.free(c0).unwrap();
+    assert!(pool.freeable_pages() > 0);
+    let a2 = store_in(&pool, 1, &a, false);
+    let e1 = store_in(&pool, 1, &e, false);
+    pool.check_invariants().unwrap();
+
+    let folder = {
+        let pool = Arc::clone(&pool);
+        thread::spawn(move || pool.fold())
+    };
+    let compactor = {
+        let pool = Arc::clone(&pool);
+        thread::spawn(move || pool.compact())
+    };
+    let freer = {
+        let pool = Arc::clone(&pool);
+        let (a, b) = (a.clone(), b.clone());
+        thread::spawn(move || {
+            // A's object stays for a0 (and a2, once folded).
+            assert!(!pool.free_shared(a1).unwrap());
+            assert!(pool.free_shared(a1).is_err(), "double free accepted");
+            // A new handle from a remote alias: issued in the anchor's shard.
+            let b2 = pool.share(b1).unwrap();
+            check(&pool, b2, &b);
+            // B is indexed in shard 0, whichever shard this thread allocates in.
+            let (b3, shared) = pool.malloc_dedup(&b).unwrap();
+            assert!(shared);
+            let (a3, _) = pool.malloc_dedup(&a).unwrap();
+            check(&pool, a3, &a);
+            pool.free(e1).unwrap();
+            vec![b2, b3, a3]
+        })
+    };
+    let writer = {
+        let pool = Arc::clone(&pool);
+        let a_new = a_new.clone();
+        // Rewriting the copy being folded: refused only once folding shared it.
+        thread::spawn(move || pool.write(a2, &a_new).is_ok())
+    };
+    let reader = {
+        let pool = Arc::clone(&pool);
+        let (b, d) = (b.clone(), d.clone());
+        thread::spawn(move || {
+            check(&pool, b1, &b);
+            check(&pool, d0, &d);
+            assert!(pool.with_object(b1, big, |bytes| bytes == &b[..]).unwrap());
+            assert_eq!(pool.object_id(b1).unwrap(), pool.object_id(b0).unwrap());
+            assert!(pool.refs(b1).unwrap() >= 2);
+        })
+    };
+
+    let report = folder.join().unwrap();
+    compactor.join().unwrap();
+    reader.join().unwrap();
+    let rewritten = writer.join().unwrap();
+    let [b2, b3, a3]: [Handle; 3] = freer.join().unwrap().try_into().unwrap();
+    CROSS_RUNS.fetch_add(1, Ordering::Relaxed);
+    if report.objects_folded > 0 {
+        CROSS_FOLDED.fetch_add(1, Ordering::Relaxed);
+    }
+    let a2_content = if rewritten { &a_new } else { &a };
+    let live = [
+        (a0, &a),
+        (a2, a2_content),
+        (a3, &a),
+        (b0, &b),
+        (b1, &b),
+        (b2, &b),
+        (b3, &b),
+        (d0, &d),
+    ];
+    pool.check_invariants().unwrap();
+    for &(h, data) in &live {
+        check(&pool, h, data);
+    }
+    // Once more without racing: one object per content is left.
+    pool.fold();
+    pool.check_invariants().unwrap();
+    let contents: std::collections::HashSet<&Vec<u8>> = live.iter().map(|&(_, d)| d).collect();
+    assert_eq!(pool.stats().obj_used, contents.len());
+    for &(h, data) in &live {
+        check(&pool, h, data);
+        for &(other, other_data) in &live {
+            let same = pool.object_id(h).unwrap() == pool.object_id(other).unwrap();
+            assert_eq!(same, data == other_data);
+        }
+    }
+    for (h, _) in live {
+        pool.free_shared(h).unwrap();
+    }
+    pool.check_invariants().unwrap();
+    assert_eq!(pool.total_pages(), 0);
+}
+
+#[test]
+fn cross_shard_fold_races_free_share_dedup_compaction_and_readers() {
+    shuttle::check_random(|| cross_shard_scenario_with(PoolConfig::seed(4)), 10_000);
+    shuttle::check_pct(|| cross_shard_scenario_with(PoolConfig::seed(4)), 10_000, 3);
+    shuttle::check_random(
+        || {
+            cross_shard_scenario_with(PoolConfig {
+                chain_size: 4,
+                ..PoolConfig::default()
+            })
+        },
+        5_000,
+    );
+    let (runs, folded) = (
+        CROSS_RUNS.load(Ordering::Relaxed),
+        CROSS_FOLDED.load(Ordering::Relaxed),
+    );
+    println!("{runs} schedules, the racing fold folded across shards in {folded}");
+    assert_eq!(runs, 25_000);
     assert!(folded > 0, "the racing fold never folded");
 }
