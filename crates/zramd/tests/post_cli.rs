@@ -70,7 +70,10 @@ fn idle_recompress_writeback_and_policy_from_the_command_line() {
     );
     assert!(out.contains(" of 10 slots recompressed"), "{out}");
     // Nothing is shared on this device: every attempt ran the encoder.
-    assert!(out.contains("; 10 encodings run, 0 slots shared one"), "{out}");
+    assert!(
+        out.contains("; 10 encodings run, 0 slots shared one"),
+        "{out}"
+    );
     let out = cli_ok(&control, &["recompress", "zram0", "type=idle"]);
     let done: u64 = out.split_whitespace().next().unwrap().parse().unwrap();
     assert!(done > 0, "{out}");

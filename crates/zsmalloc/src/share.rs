@@ -40,7 +40,7 @@
 
 use std::collections::hash_map::Entry;
 
-use crate::class::{ClassGeometry, MAX_ALLOC_SIZE};
+use crate::class::ClassGeometry;
 use crate::error::{Error, Result};
 use crate::fold::ShareStats;
 use crate::handle::{AnchorRef, Flags, Handle, Slot};
@@ -166,12 +166,12 @@ impl ShardInner {
         pos: usize,
         geom: &ClassGeometry,
         hash: u64,
-        stored: &[u8],
+        data: &[u8],
     ) -> Result<Option<Handle>> {
         let Some(&owner) = self.sharing.index.get(&hash) else {
             return Ok(None);
         };
-        if self.object(geom, self.handles.location(owner)) != stored {
+        if !holds(self.object(geom, self.handles.location(owner)), data) {
             return Ok(None);
         }
         let anchor = self
@@ -267,15 +267,12 @@ impl Pool {
     pub fn malloc_dedup(&self, data: &[u8]) -> Result<(Handle, bool)> {
         check_size(data.len())?;
         let class_pos = self.table.position_for(data.len());
-        let capacity = self.table.classes()[class_pos].capacity();
-        // The object's bytes as stored: `data`, zero-filled to the capacity.
-        let mut stored = [0u8; MAX_ALLOC_SIZE];
-        stored[..data.len()].copy_from_slice(data);
-        let stored = &stored[..capacity];
-        let hash = content_hash(stored);
+        // The hash of the object's bytes as they would be stored: `data`, zero-filled to the
+        // capacity (trailing zeros do not count, see `content_hash`).
+        let hash = content_hash(data);
         let (pos, shard, mut inner) = self.shards.lock_for_malloc(class_pos);
         let geom = shard.geom;
-        if let Some(handle) = inner.share_indexed(pos, &geom, hash, stored)? {
+        if let Some(handle) = inner.share_indexed(pos, &geom, hash, data)? {
             return Ok((handle, true));
         }
         if self.shards.is_sharded(class_pos) {
@@ -285,19 +282,21 @@ impl Pool {
                     continue;
                 };
                 let mut inner = there.inner.lock();
-                if let Some(handle) = inner.share_indexed(other, &geom, hash, stored)? {
+                if let Some(handle) = inner.share_indexed(other, &geom, hash, data)? {
                     return Ok((handle, true));
                 }
             }
             inner = shard.inner.lock();
             // Stored here meanwhile?
-            if let Some(handle) = inner.share_indexed(pos, &geom, hash, stored)? {
+            if let Some(handle) = inner.share_indexed(pos, &geom, hash, data)? {
                 return Ok((handle, true));
             }
         }
         let (handle, loc, mut inner) = self.malloc_in(pos, shard, inner)?;
         let entry = handle.decode().map_or(0, |(_, _, entry)| entry);
-        inner.object_mut(&geom, loc).copy_from_slice(stored);
+        let object = inner.object_mut(&geom, loc);
+        object[..data.len()].copy_from_slice(data);
+        object[data.len()..].fill(0);
         let mut flags = Flags::WRITTEN;
         // A hash already taken (by other bytes, or by the same bytes stored meanwhile while
         // the lock was let go for new pages) keeps its object: this one stays out.
@@ -324,4 +323,12 @@ impl Pool {
         }
         stats
     }
+}
+
+/// Does an object's capacity hold exactly `data` followed by zeros (what storing `data`
+/// leaves there)?
+fn holds(object: &[u8], data: &[u8]) -> bool {
+    object.len() >= data.len()
+        && object[..data.len()] == *data
+        && object[data.len()..].iter().all(|&b| b == 0)
 }

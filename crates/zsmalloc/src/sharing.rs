@@ -14,9 +14,12 @@
 //!   object of the shard; an object whose bytes change (`write`) leaves it. Other shards of
 //!   the class have their own indexes (`malloc_dedup` looks in each).
 //!
-//! Content hashes are `xxh3_64` of an object's whole capacity (`write` zero-fills what the
-//! caller did not write, so equal capacities mean equal reads); a hash only finds
-//! candidates, and bytes are always compared in full before two objects become one.
+//! Content hashes are `xxh3_64` of an object's whole capacity without its trailing zero
+//! bytes (`write` zero-fills what the caller did not write, so equal capacities mean equal
+//! reads; leaving the zeros out lets `malloc_dedup` hash the caller's bytes as they are); a
+//! hash only finds candidates, and bytes are always compared in full before two objects
+//! become one. The index's keys are such hashes already, so its map does not hash them
+//! again ([`HashKey`]).
 
 use std::collections::HashMap;
 
@@ -35,7 +38,7 @@ pub(crate) struct Sharing {
     /// Anchor entry → its reference count and object id.
     pub anchors: HashMap<u32, Anchor>,
     /// Content hash → the located entry of the indexed object with those bytes.
-    pub index: HashMap<u64, u32>,
+    pub index: HashMap<u64, u32, HashKey>,
 }
 
 impl Sharing {
@@ -48,9 +51,36 @@ impl Sharing {
     }
 }
 
-/// The content hash of an object's capacity bytes.
+/// The map of keys that are content hashes: a key is its own hash.
+pub(crate) type HashKey = std::hash::BuildHasherDefault<KeyHasher>;
+
+/// Passes a `u64` key (an xxh3 hash, evenly spread in every bit) through as its hash.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct KeyHasher(u64);
+
+impl std::hash::Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `u64` keys are hashed; anything else is folded in, to stay a hasher.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, key: u64) {
+        self.0 = key;
+    }
+}
+
+/// The content hash of an object's capacity bytes (or of bytes about to be stored in one):
+/// xxh3 of them without their trailing zeros.
 #[inline]
 pub(crate) fn content_hash(bytes: &[u8]) -> u64 {
+    let end = bytes.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+    let bytes = &bytes[..end];
     #[cfg(test)]
     if COLLIDE.with(std::cell::Cell::get) {
         return 0x0123_4567_89AB_CDEF;
@@ -68,4 +98,29 @@ thread_local! {
 #[cfg(test)]
 pub(crate) fn collide_hashes(on: bool) {
     COLLIDE.with(|c| c.set(on));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trailing_zeros_do_not_change_the_hash_and_other_bytes_do() {
+        let data = b"compressed stream\x00\x07";
+        let mut padded = data.to_vec();
+        padded.resize(64, 0);
+        assert_eq!(content_hash(data), content_hash(&padded));
+        assert_ne!(content_hash(data), content_hash(&padded[..data.len() - 1]));
+        assert_eq!(content_hash(&[0; 32]), content_hash(&[]));
+    }
+
+    #[test]
+    fn hash_keys_pass_through_the_index_map() {
+        use std::hash::{BuildHasher as _, Hasher as _};
+        let key = 0x9E37_79B9_7F4A_7C15_u64;
+        assert_eq!(HashKey::default().hash_one(key), key);
+        let mut h = KeyHasher::default();
+        h.write(&[1, 2]);
+        assert_ne!(h.finish(), 0);
+    }
 }
