@@ -176,4 +176,35 @@ mod tests {
         assert!(refused.is_err());
         assert_eq!(pool.total_pages(), 0);
     }
+
+    /// Review: a non-last piece of one chain whose bytes (link included) equal the last
+    /// piece of another chain (a raw huge unit's bytes are the guest's) is folded with it;
+    /// freeing the first chain then stops at that shared piece and its tail is never freed.
+    #[test]
+    fn a_folded_middle_piece_does_not_leak_the_rest_of_its_chain() {
+        let pool = Pool::new(8).unwrap();
+        // Chain A: three pieces (head, middle, last).
+        let a: Vec<u8> = (0..2 * PIECE_DATA + 100).map(|i| (i * 7 % 251) as u8).collect();
+        let head_a = write(&pool, &a, |n| Ok(pool.malloc(n)?)).unwrap();
+        let pieces_a = pieces(&pool, head_a, a.len()).unwrap();
+        assert_eq!(pieces_a.len(), 3);
+        let mut middle = vec![0u8; PAGE_SIZE];
+        pool.read(pieces_a[1].0, &mut middle).unwrap();
+        // Chain B: two pieces whose last (4096 bytes) equals A's middle piece.
+        let mut b: Vec<u8> = (0..PIECE_DATA).map(|i| (i * 13 % 239) as u8).collect();
+        b.extend_from_slice(&middle);
+        let head_b = write(&pool, &b, |n| Ok(pool.malloc(n)?)).unwrap();
+        assert_eq!(pieces(&pool, head_b, b.len()).unwrap().len(), 2);
+        let report = pool.fold();
+        assert_eq!(report.objects_folded, 1);
+        // Both chains still read back right.
+        let mut out = vec![0u8; a.len()];
+        read(&pool, head_a, &mut out).unwrap();
+        assert_eq!(out, a);
+        // Free A first, then B: nothing may be left.
+        free(&pool, head_a, a.len());
+        free(&pool, head_b, b.len());
+        assert_eq!(pool.stats().obj_used, 0, "chain A's tail leaked");
+        assert_eq!(pool.total_pages(), 0, "chain A's tail leaked");
+    }
 }
