@@ -69,8 +69,36 @@ pub struct RecompressReport {
 enum Verdict {
     /// Its new encoding lands in no smaller class: the slots keep it.
     Kept,
-    /// Re-encoded into the stream of `len` bytes at `head` (the first slot's handle).
+    /// Re-encoded into the stream of `len` bytes at `head`: a handle of the pass's own to
+    /// the new object (taken while the first slot held it, so that object lives, and its
+    /// handle names it, however the first slot changes meanwhile), freed when the entry
+    /// closes.
     Replaced { head: Handle, len: usize },
+}
+
+/// The pass's shared objects: on every way out, the new objects' handles the pass holds
+/// are let go.
+struct Memo<'a> {
+    pool: &'a zsmalloc::Pool,
+    seen: Seen<'a, (usize, usize, u8), Verdict>,
+}
+
+impl Memo<'_> {
+    /// Lets go of the handles of the records whose entries closed.
+    fn release_closed(&mut self) {
+        for verdict in self.seen.take_closed() {
+            if let Verdict::Replaced { head, len } = verdict {
+                crate::chain::free(self.pool, head, len);
+            }
+        }
+    }
+}
+
+impl Drop for Memo<'_> {
+    fn drop(&mut self) {
+        self.seen.close_all();
+        self.release_closed();
+    }
 }
 
 /// What the result of a shared object depends on beyond its id: its stream's length, the
@@ -125,7 +153,10 @@ pub(crate) fn recompress(store: &Store, req: &RecompressRequest) -> Result<Recom
     let codec = store.codec(prio)?;
     let mut plain = Vec::new();
     let mut encoded = Vec::new();
-    let mut seen: Seen<'_, (usize, usize, u8), Verdict> = Seen::new(store.pool());
+    let mut memo = Memo {
+        pool: store.pool(),
+        seen: Seen::new(store.pool()),
+    };
     for index in select(store, &[(mode, 0, None)])? {
         if req.max_pages != 0 && report.attempts >= req.max_pages {
             break;
@@ -139,16 +170,19 @@ pub(crate) fn recompress(store: &Store, req: &RecompressRequest) -> Result<Recom
         Counters::add(&store.counters().recomp_attempts, 1);
         let slot_len = store.slot_len(index);
         let old = Handle::from_raw(e.handle);
-        let key: Option<Key> = seen
+        let key: Option<Key> = memo
+            .seen
             .shared_id(old)?
             .map(|id| (id, (e.len, slot_len, e.prio)));
         if let Some(key) = key {
-            if take_seen(store, &mut g, &mut seen, key, prio, top, &mut report) {
-                seen.close_if_alone(key);
+            if take_seen(store, &mut g, &mut memo.seen, key, prio, top, &mut report) {
+                drop(g);
+                memo.seen.close_if_alone(key);
+                memo.release_closed();
                 continue;
             }
             // Pinned before the slot lets go of its handle (see `crate::shared`).
-            seen.record(key, old, e.len, Verdict::Kept);
+            memo.seen.record(key, old, e.len, Verdict::Kept);
         }
         report.codec_runs += 1;
         plain.resize(slot_len, 0);
@@ -161,17 +195,34 @@ pub(crate) fn recompress(store: &Store, req: &RecompressRequest) -> Result<Recom
         let verdict = if smaller {
             let head = post::replace_stream(store, &mut g, &encoded[..new_len], prio)?;
             replaced(store, &mut report, e.len, new_len);
-            Verdict::Replaced { head, len: new_len }
+            // Only worth a handle when other slots may come for it.
+            key.and_then(|_| store.pool().share(head).ok())
+                .map(|pin| Verdict::Replaced {
+                    head: pin,
+                    len: new_len,
+                })
         } else {
             if prio == top {
                 post::set_flag(&mut g, Flags::INCOMPRESSIBLE, true);
                 report.incompressible += 1;
             }
-            Verdict::Kept
+            Some(Verdict::Kept)
         };
+        drop(g);
         if let Some(key) = key {
-            seen.update(key, verdict);
-            seen.close_if_alone(key);
+            match verdict {
+                Some(verdict) => {
+                    if memo.seen.update(key, verdict) {
+                        memo.seen.close_if_alone(key);
+                    } else if let Verdict::Replaced { head, len } = verdict {
+                        // The old object could not be pinned: nobody will ask.
+                        crate::chain::free(store.pool(), head, len);
+                    }
+                }
+                // No handle to give the others: each encodes itself.
+                None => memo.seen.close(key),
+            }
+            memo.release_closed();
         }
     }
     Ok(report)
@@ -198,8 +249,8 @@ fn take_seen(
             }
             true
         }
-        // The first slot's new object is gone when that slot was rewritten since: its
-        // handle is stale, and the slot is encoded itself.
+        // The pass holds the new object (see `Verdict`); if no handle can be had (the
+        // handle table is full), the slot is encoded itself.
         Some(Verdict::Replaced { head, len }) => match store.pool().share(head) {
             Ok(handle) => {
                 let old_len = g.get().len;

@@ -128,7 +128,8 @@ impl<'a, K: Hash + Eq + Copy, T: Copy> Seen<'a, K, T> {
         std::mem::take(&mut self.closed)
     }
 
-    fn close(&mut self, key: (u64, K)) {
+    /// Closes the entry of `key`, if it has one.
+    pub(crate) fn close(&mut self, key: (u64, K)) {
         if let Some(e) = self.map.remove(&key) {
             crate::chain::free(self.pool, e.pin, e.len);
             self.closed.push(e.record);

@@ -131,9 +131,23 @@ impl Pool {
     }
 
     /// Stores `data` at the start of the object and zero-fills the rest of its capacity
-    /// (`zs_obj_write`); the object counts as written from now on. A handle to a shared
-    /// object is refused with [`Error::Shared`]: shared objects are read-only.
+    /// (`zs_obj_write`); the object counts as written from now on, so folding and
+    /// deduplication may share it. A handle to a shared object is refused with
+    /// [`Error::Shared`]: shared objects are read-only.
     pub fn write(&self, handle: Handle, data: &[u8]) -> Result<()> {
+        self.store(handle, data, true)
+    }
+
+    /// Stores `data` like [`Pool::write`], but the object stays out of folding and
+    /// deduplication: for bytes whose meaning is not in the bytes alone, such as an object
+    /// holding the handles of other objects (a piece of a chain: two pieces with equal bytes
+    /// still own different objects after them, so one must never serve both).
+    pub fn write_opaque(&self, handle: Handle, data: &[u8]) -> Result<()> {
+        self.store(handle, data, false)
+    }
+
+    /// `write` and `write_opaque`: `foldable` says whether the object counts as written.
+    fn store(&self, handle: Handle, data: &[u8], foldable: bool) -> Result<()> {
         let (pos, shard, entry, generation) = self.shard_of(handle)?;
         let geom = shard.geom;
         check_len(&geom, data.len())?;
@@ -149,7 +163,7 @@ impl Pool {
                 let object = inner.object_mut(&geom, loc);
                 object[..data.len()].copy_from_slice(data);
                 object[data.len()..].fill(0);
-                inner.handles.set_flag(entry, Flags::WRITTEN, true);
+                inner.handles.set_flag(entry, Flags::WRITTEN, foldable);
                 Ok(())
             }
         }

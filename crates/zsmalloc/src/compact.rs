@@ -48,7 +48,8 @@ impl Pool {
         let mut released = Vec::new();
         let mut done = false;
         // The object index: one pass over the handle table, kept across lock holds while
-        // nothing changed which entries locate which objects (`epoch`).
+        // nothing else changed which entries locate which objects (`epoch`: every malloc,
+        // free, sharing step and migration bumps it; this compaction follows its own).
         let mut index: Option<(u64, ObjectIndex)> = None;
         while !done {
             {
@@ -73,9 +74,16 @@ impl Pool {
                         break;
                     };
                     steps -= 1;
-                    let (_, index) =
+                    let (_, objects) =
                         index.get_or_insert_with(|| (inner.epoch, ObjectIndex::of(&inner)));
-                    migrate(&mut inner, &geom, src, dst, index);
+                    migrate(&mut inner, &geom, src, dst, objects);
+                    // Objects moved: any other compaction of this shard (fold compacts the
+                    // shards it folded, alongside `compact`) must rebuild its index; this
+                    // one kept its own right.
+                    inner.epoch += 1;
+                    if let Some((epoch, _)) = index.as_mut() {
+                        *epoch = inner.epoch;
+                    }
                     inner.fix_group(dst);
                     if inner.meta(src).inuse == 0 {
                         released.push(inner.remove_zspage(src));
@@ -133,6 +141,8 @@ impl Pool {
                         let dst = inner.add_zspage(ZsPage::new(run, objs));
                         let mut index = ObjectIndex::of(&inner);
                         migrate(&mut inner, &geom, src, dst, &mut index);
+                        // Objects moved: another compaction's index is stale now.
+                        inner.epoch += 1;
                         inner.fix_group(dst);
                         // Everything fits, so `src` is empty now.
                         debug_assert_eq!(inner.meta(src).inuse, 0);

@@ -1,7 +1,8 @@
-//! Review: two compactions of one class shard at once. Each keeps its object index across
-//! its lock holds while the shard's epoch is unchanged, but `migrate` moves objects without
-//! bumping the epoch, so one compaction's moves leave the other's index stale. Folding
-//! compacts the shards it folded (`compact_shard`) alongside any `Pool::compact`.
+//! Two compactions of one class shard at once (folding compacts the shards it folded
+//! alongside any `Pool::compact`, the background compactor's or the `compact` attribute's).
+//! Each keeps its object index across its lock holds while the shard's epoch is unchanged,
+//! so every migration must move the epoch on: otherwise one compaction's moves leave the
+//! other's index stale, and it copies the wrong bytes and frees slots still in use.
 
 use std::sync::{Arc, Barrier};
 use std::thread;
@@ -26,12 +27,14 @@ fn two_compactions_of_one_shard_keep_every_object() {
             .unwrap(),
         );
         let mut kept: Vec<(Handle, Vec<u8>)> = Vec::new();
-        let all: Vec<(Handle, Vec<u8>)> = (0..60_000).map(|i| {
-            let d = data(i, 200);
-            let h = pool.malloc(200).unwrap();
-            pool.write(h, &d).unwrap();
-            (h, d)
-        }).collect();
+        let all: Vec<(Handle, Vec<u8>)> = (0..60_000)
+            .map(|i| {
+                let d = data(i, 200);
+                let h = pool.malloc(200).unwrap();
+                pool.write(h, &d).unwrap();
+                (h, d)
+            })
+            .collect();
         for (i, (h, d)) in all.into_iter().enumerate() {
             if i % 3 == 0 {
                 pool.free(h).unwrap();
@@ -40,14 +43,16 @@ fn two_compactions_of_one_shard_keep_every_object() {
             }
         }
         let barrier = Arc::new(Barrier::new(4));
-        let others: Vec<_> = (0..3).map(|_| {
-            let pool = Arc::clone(&pool);
-            let barrier = Arc::clone(&barrier);
-            thread::spawn(move || {
-                barrier.wait();
-                pool.compact()
+        let others: Vec<_> = (0..3)
+            .map(|_| {
+                let pool = Arc::clone(&pool);
+                let barrier = Arc::clone(&barrier);
+                thread::spawn(move || {
+                    barrier.wait();
+                    pool.compact()
+                })
             })
-        }).collect();
+            .collect();
         barrier.wait();
         let a = pool.compact();
         let b: Vec<usize> = others.into_iter().map(|t| t.join().unwrap()).collect();
