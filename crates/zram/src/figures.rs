@@ -18,12 +18,19 @@ impl Store {
             mem_limit: self.mem_limit(),
             mem_used_max: Counters::get(&c.max_used_pages).max(used) * PAGE_SIZE as u64,
             same_pages: Counters::get(&c.same_pages),
-            pages_compacted: self.pool().pages_compacted()
-                - self.pages_compacted_base.load(Relaxed),
+            pages_compacted: self
+                .pool()
+                .pages_compacted()
+                .saturating_sub(self.pages_compacted_base.load(Relaxed)),
             huge_pages: Counters::get(&c.huge_pages),
             huge_pages_since: Counters::get(&c.huge_pages_since),
-            pages_folded: self.pool().pages_folded() - self.pages_folded_base.load(Relaxed),
-            metadata_bytes: (self.table_bytes() + self.pool().metadata_bytes()) as u64,
+            pages_folded: self
+                .pool()
+                .pages_folded()
+                .saturating_sub(self.pages_folded_base.load(Relaxed)),
+            metadata_bytes: (self.table_bytes()
+                + self.pool().metadata_bytes()
+                + self.shared_copies.metadata_bytes()) as u64,
             cached_bytes: (self.pool().cached_pages() * PAGE_SIZE) as u64,
         }
     }

@@ -43,7 +43,8 @@
 //!   their pages whether or not they held data, as the kernel counts discarded pages);
 //! - `mem_used_total`, `mem_used_max`, `mem_limit`: from the pool;
 //! - metadata (`mm_stat` field 11): the slot table (16 bytes per slot plus the striped
-//!   locks) and the pool's bookkeeping. The per-thread scratch buffers (a unit and its
+//!   locks), the pool's bookkeeping (its content index and reference counts included) and
+//!   the holders of file copies that several slots share. The per-thread scratch buffers (a unit and its
 //!   compressed form, at most 2 × 128 KiB per thread that did I/O) are not in it.
 //!
 //! Lock order: slot lock → (compressor context: per thread, no lock | zsmalloc class-shard

@@ -52,6 +52,12 @@ impl SharedObjects {
         backing.free(offset, len);
     }
 
+    /// Bytes of the holder map, about (per slot of capacity: the key, the count and one
+    /// control byte, hashbrown's layout).
+    pub(crate) fn metadata_bytes(&self) -> usize {
+        self.holders.lock().capacity() * (std::mem::size_of::<(u64, u32)>() + 1)
+    }
+
     /// Holders of the object at `offset` (1 for one that is not shared, or not held).
     #[cfg(test)]
     fn holders(&self, offset: u64) -> u32 {
