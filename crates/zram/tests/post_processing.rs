@@ -3,19 +3,19 @@
 //! store that can be made to fail or to stall.
 
 mod common;
+#[path = "common/post.rs"]
+mod post;
 #[path = "common/text.rs"]
 mod text;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use common::random;
-use zram::backing::{Backing, BackingStats, MemBacking};
+use post::Stalling;
+use zram::backing::{Backing, MemBacking};
 use zram::slot::Flags;
-use zram::{
-    Algorithm, AlgorithmParams, IdleRequest, Mode, PAGE_SIZE, RecompAlgorithm, RecompressRequest,
-    WritebackRequest, Zram, ZramConfig,
-};
+use zram::{IdleRequest, Mode, PAGE_SIZE, RecompressRequest, WritebackRequest, Zram, ZramConfig};
 
 const PAGES: usize = 64;
 
@@ -35,21 +35,7 @@ fn text(page: usize) -> Vec<u8> {
 }
 
 fn config() -> ZramConfig {
-    ZramConfig {
-        disksize: (PAGES * PAGE_SIZE) as u64,
-        algorithm: Algorithm::Lz4,
-        recomp_algorithm: vec![RecompAlgorithm {
-            priority: 1,
-            algorithm: Algorithm::Zstd,
-            params: AlgorithmParams {
-                level: Some(9),
-                dictionary: None,
-            },
-        }],
-        auto_compact: None,
-        writeback_batch_size: 4,
-        ..ZramConfig::default()
-    }
+    post::config(PAGES, 4)
 }
 
 /// A device of text pages 0..32, random (huge) pages 32..48, same-filled 48..56, empty rest.
@@ -358,44 +344,9 @@ fn recompression_keeps_only_smaller_classes_and_marks_the_rest() {
     );
 }
 
-/// A backing store whose appends wait at a barrier, so a test can act while one is in
-/// flight.
-#[derive(Debug)]
-struct Stalling {
-    inner: MemBacking,
-    armed: AtomicBool,
-    gate: Barrier,
-}
-
-impl Backing for Stalling {
-    fn append(&self, objects: &[&[u8]]) -> std::io::Result<Vec<u64>> {
-        if self.armed.swap(false, Ordering::SeqCst) {
-            self.gate.wait();
-            self.gate.wait();
-        }
-        self.inner.append(objects)
-    }
-    fn read(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()> {
-        self.inner.read(offset, out)
-    }
-    fn free(&self, offset: u64, len: usize) {
-        self.inner.free(offset, len);
-    }
-    fn sync(&self) -> std::io::Result<()> {
-        self.inner.sync()
-    }
-    fn stats(&self) -> BackingStats {
-        self.inner.stats()
-    }
-}
-
 #[test]
 fn writes_during_writeback_win_and_recompression_waits_its_turn() {
-    let backing = Arc::new(Stalling {
-        inner: MemBacking::new(),
-        armed: AtomicBool::new(true),
-        gate: Barrier::new(2),
-    });
+    let backing = Stalling::new();
     let (zram, mut image) = filled(Some(backing.clone()));
     let zram = Arc::new(zram);
     let z = Arc::clone(&zram);

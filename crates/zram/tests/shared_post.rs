@@ -5,21 +5,21 @@
 //! way never loses data, and every count stays exact.
 
 mod common;
+#[path = "common/post.rs"]
+mod post;
 #[path = "common/text.rs"]
 mod text;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Barrier};
 
 use common::random;
-use zram::backing::{Backing, BackingStats, MemBacking};
+use post::Stalling;
+use zram::backing::{Backing, MemBacking};
 use zram::slot::Flags;
 use zram::stats::Counters;
-use zram::{
-    Algorithm, AlgorithmParams, IdleRequest, PAGE_SIZE, RecompAlgorithm, RecompressRequest,
-    WritebackRequest, Zram, ZramConfig,
-};
+use zram::{IdleRequest, PAGE_SIZE, RecompressRequest, WritebackRequest, Zram, ZramConfig};
 
 const PAGES: usize = 64;
 /// The pages that hold the shared page.
@@ -35,20 +35,8 @@ fn text(page: usize) -> Vec<u8> {
 
 fn config(dedup: bool, batch: u32) -> ZramConfig {
     ZramConfig {
-        disksize: (PAGES * PAGE_SIZE) as u64,
-        algorithm: Algorithm::Lz4,
-        recomp_algorithm: vec![RecompAlgorithm {
-            priority: 1,
-            algorithm: Algorithm::Zstd,
-            params: AlgorithmParams {
-                level: Some(9),
-                dictionary: None,
-            },
-        }],
         dedup,
-        auto_compact: None,
-        writeback_batch_size: batch,
-        ..ZramConfig::default()
+        ..post::config(PAGES, batch)
     }
 }
 
@@ -365,47 +353,6 @@ fn a_file_holds_a_shared_object_once() {
     );
     check_accounts(&zram);
     same_bytes(&zram, &image);
-}
-
-/// A backing store whose first append waits at a barrier (twice), so a test can act while
-/// it is in flight.
-#[derive(Debug)]
-struct Stalling {
-    inner: MemBacking,
-    armed: AtomicBool,
-    gate: Barrier,
-}
-
-impl Stalling {
-    fn new() -> Arc<Self> {
-        Arc::new(Self {
-            inner: MemBacking::new(),
-            armed: AtomicBool::new(true),
-            gate: Barrier::new(2),
-        })
-    }
-}
-
-impl Backing for Stalling {
-    fn append(&self, objects: &[&[u8]]) -> std::io::Result<Vec<u64>> {
-        if self.armed.swap(false, Ordering::SeqCst) {
-            self.gate.wait();
-            self.gate.wait();
-        }
-        self.inner.append(objects)
-    }
-    fn read(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()> {
-        self.inner.read(offset, out)
-    }
-    fn free(&self, offset: u64, len: usize) {
-        self.inner.free(offset, len);
-    }
-    fn sync(&self) -> std::io::Result<()> {
-        self.inner.sync()
-    }
-    fn stats(&self) -> BackingStats {
-        self.inner.stats()
-    }
 }
 
 /// A device of the shared page alone on `backing`, in batches of `batch`, with

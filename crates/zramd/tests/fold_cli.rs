@@ -10,10 +10,10 @@ mod common {
     pub mod run;
 }
 
-use common::cli::{cli, cli_ok, scrape};
+use common::cli::{cli, cli_ok, scrape, serve};
 use common::prose::prose;
 use zram::ZramConfig;
-use zramd::serve::{DeviceSpec, ServeOptions, Server};
+use zramd::serve::DeviceSpec;
 
 fn device(name: &str, dedup: bool) -> DeviceSpec {
     DeviceSpec {
@@ -30,14 +30,10 @@ fn device(name: &str, dedup: bool) -> DeviceSpec {
 #[test]
 fn zramd_fold_runs_the_pass_and_stat_shows_its_figures() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(&ServeOptions {
-        devices: vec![device("zram0", false), device("zram1", true)],
-        unix: vec![dir.path().join("nbd.sock")],
-        control: Some(dir.path().join("control.sock")),
-        metrics: Some("127.0.0.1:0".into()),
-        ..ServeOptions::default()
-    })
-    .unwrap();
+    let server = serve(
+        dir.path(),
+        vec![device("zram0", false), device("zram1", true)],
+    );
     let control = server.control_path.clone();
     let z = server.registry.device("zram0").unwrap().zram().unwrap();
     const PAGES: u64 = 128;

@@ -6,44 +6,26 @@
 /// Shared test helpers (`tests/common/`): each test includes the files it uses.
 mod common {
     pub mod have;
+    pub mod mm_stat;
     pub mod mnt;
     pub mod prose;
+    pub mod serve_tree;
 }
 
 use std::os::unix::fs::{FileExt as _, PermissionsExt as _};
-use std::path::Path;
 
+use common::mm_stat::mm_stat;
 use common::mnt::{errno_of, fuse_dirs};
 use common::prose::prose;
+use common::serve_tree::serve_tree;
 use zram::ZramConfig;
-use zramd::serve::{DeviceSpec, ServeOptions, Server};
-
-/// The `mm_stat` fields of the device's directory.
-fn mm_stat(dev: &Path) -> Vec<u64> {
-    std::fs::read_to_string(dev.join("mm_stat"))
-        .unwrap()
-        .split_whitespace()
-        .map(|f| f.parse().unwrap())
-        .collect()
-}
 
 #[test]
 fn echo_1_to_fold_folds_duplicates_written_through_the_disk() {
     let Some((tmp, mnt, _detach)) = fuse_dirs("echo_1_to_fold_folds_duplicates") else {
         return;
     };
-    let server = Server::start(&ServeOptions {
-        devices: vec![DeviceSpec {
-            name: "zram0".into(),
-            size: "16M".parse().unwrap(),
-            config: ZramConfig::default(),
-            ..DeviceSpec::default()
-        }],
-        control: Some(tmp.path().join("control.sock")),
-        fuse: Some(mnt.clone()),
-        ..ServeOptions::default()
-    })
-    .expect("start server with FUSE");
+    let server = serve_tree(tmp.path(), &mnt, ZramConfig::default());
     let dev = mnt.join("zram0");
     for (name, mode) in [("fold", 0o200), ("dedup", 0o644), ("fold_stat", 0o444)] {
         let meta = std::fs::metadata(dev.join(name)).unwrap();

@@ -6,6 +6,7 @@
 /// Shared test helpers (`tests/common/`): each test includes the files it uses.
 mod common {
     pub mod have;
+    pub mod mm_stat;
     pub mod mnt;
     pub mod prose;
     #[expect(
@@ -13,6 +14,7 @@ mod common {
         reason = "only the server's own CLI runs here, through Served"
     )]
     pub mod run;
+    pub mod serve_tree;
     #[expect(
         dead_code,
         reason = "these tests reach the server through its tree and CLI, not NBD"
@@ -25,14 +27,15 @@ use std::io::Read as _;
 use std::os::unix::fs::{FileExt as _, PermissionsExt as _};
 use std::path::Path;
 
+use common::mm_stat::mm_stat;
 use common::mnt::{errno_of, fuse_dirs};
+use common::serve_tree::serve_tree;
 use common::served::Served;
 use zram::ZramConfig;
-use zramd::serve::{DeviceSpec, ServeOptions, Server};
 
+/// `mm_stat`'s second field.
 fn compr_data_size(dev: &Path) -> u64 {
-    let mm = std::fs::read_to_string(dev.join("mm_stat")).unwrap();
-    mm.split_whitespace().nth(1).unwrap().parse().unwrap()
+    mm_stat(dev)[1]
 }
 
 #[test]
@@ -40,21 +43,14 @@ fn post_processing_through_the_tree() {
     let Some((tmp, mnt, _detach)) = fuse_dirs("post_processing_through_the_tree") else {
         return;
     };
-    let server = Server::start(&ServeOptions {
-        devices: vec![DeviceSpec {
-            name: "zram0".into(),
-            size: "16M".parse().unwrap(),
-            config: ZramConfig {
-                recomp_algorithm: vec!["algo=zstd priority=1 level=19".parse().unwrap()],
-                ..ZramConfig::default()
-            },
-            ..DeviceSpec::default()
-        }],
-        control: Some(tmp.path().join("control.sock")),
-        fuse: Some(mnt.clone()),
-        ..ServeOptions::default()
-    })
-    .expect("start server with FUSE");
+    let server = serve_tree(
+        tmp.path(),
+        &mnt,
+        ZramConfig {
+            recomp_algorithm: vec!["algo=zstd priority=1 level=19".parse().unwrap()],
+            ..ZramConfig::default()
+        },
+    );
     let dev = mnt.join("zram0");
     let read = |name: &str| std::fs::read_to_string(dev.join(name));
     let write = |name: &str, value: &str| std::fs::write(dev.join(name), value);

@@ -12,6 +12,7 @@
 mod common {
     pub mod ext4;
     pub mod have;
+    pub mod mm_stat;
     pub mod mnt;
     pub mod run;
     #[expect(
@@ -30,6 +31,7 @@ use std::time::{Duration, SystemTime};
 
 use common::ext4::Ext4;
 use common::have::have;
+use common::mm_stat::mm_stat;
 use common::mnt::{errno_of, fuse_dirs, mounts_on};
 use common::run::{run, run_ok};
 use common::served::Served;
@@ -65,14 +67,6 @@ fn start_devices(dir: &Path, devices: &[(&str, &str)]) -> Server {
 /// `len` bytes of `phrase` over and over: data that compresses.
 fn repeated(phrase: &[u8], len: usize) -> Vec<u8> {
     phrase.iter().cycle().take(len).copied().collect()
-}
-
-fn mm_stat(dev: &Path) -> Vec<u64> {
-    std::fs::read_to_string(dev.join("mm_stat"))
-        .unwrap()
-        .split_whitespace()
-        .map(|f| f.parse().unwrap())
-        .collect()
 }
 
 #[test]

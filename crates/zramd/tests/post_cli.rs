@@ -11,15 +11,16 @@ mod common {
 
 use common::prose::prose;
 
-use common::cli::{cli, cli_ok, scrape};
+use common::cli::{cli, cli_ok, scrape, serve};
 use zram::ZramConfig;
-use zramd::serve::{DeviceSpec, ServeOptions, Server};
+use zramd::serve::DeviceSpec;
 
 #[test]
 fn idle_recompress_writeback_and_policy_from_the_command_line() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(&ServeOptions {
-        devices: vec![DeviceSpec {
+    let server = serve(
+        dir.path(),
+        vec![DeviceSpec {
             name: "zram0".into(),
             size: "4M".parse().unwrap(),
             config: ZramConfig {
@@ -28,12 +29,7 @@ fn idle_recompress_writeback_and_policy_from_the_command_line() {
             },
             ..DeviceSpec::default()
         }],
-        unix: vec![dir.path().join("nbd.sock")],
-        control: Some(dir.path().join("control.sock")),
-        metrics: Some("127.0.0.1:0".into()),
-        ..ServeOptions::default()
-    })
-    .unwrap();
+    );
     let control = server.control_path.clone();
     let z = server.registry.device("zram0").unwrap().zram().unwrap();
     for i in 0..64 {

@@ -56,19 +56,19 @@ fn fold_stat_is_one_line_of_the_devices_figures() {
     let text = read(&d, "fold_stat").unwrap();
     let f = fields(&text);
     let s = z.fold_stats();
-    assert_eq!(
-        f,
-        [
-            s.folds,
-            s.objects_folded,
-            s.pages_folded,
-            s.dedup_pages,
-            s.dedup_bytes,
-            s.shared_objects,
-            s.index_bytes
-        ],
-        "{text:?}"
-    );
+    // The seven fields in the order the attribute documents, each the device's figure.
+    let named = [
+        ("folds", s.folds),
+        ("objects_folded", s.objects_folded),
+        ("pages_folded", s.pages_folded),
+        ("dedup_pages", s.dedup_pages),
+        ("dedup_bytes", s.dedup_bytes),
+        ("shared_objects", s.shared_objects),
+        ("index_bytes", s.index_bytes),
+    ];
+    for (&got, (name, want)) in f.iter().zip(named) {
+        assert_eq!(got, want, "{name} in {text:?}");
+    }
     assert_eq!(text, format_fold_stat(&s));
     assert_eq!(s.folds, 1);
     assert!(

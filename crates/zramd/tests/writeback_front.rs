@@ -9,6 +9,7 @@ mod common {
     pub mod have;
     pub mod mnt;
     pub mod prose;
+    pub mod serve_tree;
 }
 
 use common::prose::prose;
@@ -17,10 +18,11 @@ use std::os::unix::fs::FileExt as _;
 use std::path::Path;
 
 use common::mnt::{errno_of, fuse_dirs};
+use common::serve_tree::serve_tree;
 use zram::ZramConfig;
 use zramd::control::{self, Request};
 use zramd::device::Device;
-use zramd::serve::{DeviceSpec, ServeOptions, Server};
+use zramd::serve::Server;
 
 fn bd_stat(dev: &Path) -> [u64; 3] {
     let text = std::fs::read_to_string(dev.join("bd_stat")).unwrap();
@@ -33,22 +35,15 @@ fn bd_stat(dev: &Path) -> [u64; 3] {
 
 /// A server with `zram0` (16 MiB, writing back to `backing`) and its tree at `mnt`.
 fn start(dir: &Path, mnt: &Path, backing: &Path) -> Server {
-    Server::start(&ServeOptions {
-        devices: vec![DeviceSpec {
-            name: "zram0".into(),
-            size: "16M".parse().unwrap(),
-            config: ZramConfig {
-                backing_dev: Some(backing.to_owned()),
-                recomp_algorithm: vec!["algo=zstd priority=1".parse().unwrap()],
-                ..ZramConfig::default()
-            },
-            ..DeviceSpec::default()
-        }],
-        control: Some(dir.join("control.sock")),
-        fuse: Some(mnt.to_owned()),
-        ..ServeOptions::default()
-    })
-    .expect("start server with FUSE and a backing file")
+    serve_tree(
+        dir,
+        mnt,
+        ZramConfig {
+            backing_dev: Some(backing.to_owned()),
+            recomp_algorithm: vec!["algo=zstd priority=1".parse().unwrap()],
+            ..ZramConfig::default()
+        },
+    )
 }
 
 #[test]

@@ -4,10 +4,14 @@
 //! kernel's layout (`PoolConfig::seed`: the handle in every object) and in the zram
 //! device's (the default: no header, min-waste zspage lengths).
 
+#[path = "common/pool.rs"]
+mod pool;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 
+use pool::pool;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use zsmalloc::{Handle, Pool, PoolConfig};
@@ -47,14 +51,7 @@ fn size(rng: &mut StdRng, huge: usize) -> usize {
 
 fn stress(config: PoolConfig, shards: usize) {
     let chain = config.chain_size;
-    let pool = Arc::new(
-        Pool::with_config(PoolConfig {
-            populate: false,
-            shards,
-            ..config
-        })
-        .unwrap(),
-    );
+    let pool = Arc::new(pool(config, shards));
     let huge = pool.huge_class_size();
 
     // Shared, never-changing objects that everyone reads while compaction moves them;

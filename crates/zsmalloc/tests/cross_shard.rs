@@ -3,26 +3,19 @@
 //! `malloc_dedup` must find the copies across the shards, leaving one object per content.
 //! Prints what folding and deduplication achieved against that ideal.
 
+#[path = "common/pool.rs"]
+mod pool;
+
 use std::sync::{Arc, Barrier};
 use std::thread;
 
+use pool::pool;
 use zsmalloc::{Handle, Pool, PoolConfig, pin_malloc_shard};
 
 /// Distinct contents, and objects each thread stores (every content 20 times).
 const CONTENTS: usize = 1000;
 const PER_THREAD: usize = 20_000;
 const THREADS: usize = 2;
-
-fn pool(config: PoolConfig) -> Arc<Pool> {
-    Arc::new(
-        Pool::with_config(PoolConfig {
-            populate: false,
-            shards: 2,
-            ..config
-        })
-        .unwrap(),
-    )
-}
 
 /// Content `kind`: 100..4000 bytes, so the contents spread over most classes.
 fn content(kind: usize) -> Vec<u8> {
@@ -94,7 +87,7 @@ fn fold_finds_duplicates_across_shards() {
         (PoolConfig::seed(8), true),
         (PoolConfig::default(), false),
     ] {
-        let pool = pool(config);
+        let pool = Arc::new(pool(config, 2));
         let objs = store(&pool, pinned, false);
         pool.check_invariants().unwrap();
         let total = objs.len() as u64;
@@ -121,7 +114,7 @@ fn malloc_dedup_finds_duplicates_across_shards() {
         (PoolConfig::seed(8), true),
         (PoolConfig::default(), false),
     ] {
-        let pool = pool(config);
+        let pool = Arc::new(pool(config, 2));
         let objs = store(&pool, pinned, true);
         pool.check_invariants().unwrap();
         let left = pool.stats().obj_used;

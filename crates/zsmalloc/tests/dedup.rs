@@ -3,35 +3,26 @@
 //! class capacity, compared in full) — hands out another handle to it. The index follows objects
 //! as they are written, shared, folded and freed. In both layouts.
 
+#[path = "common/layouts.rs"]
+mod layouts;
+#[path = "common/pool.rs"]
+mod pool;
+#[path = "common/read.rs"]
+mod read;
+
+use layouts::layouts;
+use pool::pool;
+use read::read;
 use zsmalloc::{Error, Handle, Pool, PoolConfig};
-
-fn layouts() -> [PoolConfig; 2] {
-    [PoolConfig::default(), PoolConfig::seed(8)]
-}
-
-fn pool(config: PoolConfig) -> Pool {
-    Pool::with_config(PoolConfig {
-        populate: false,
-        shards: 1,
-        ..config
-    })
-    .unwrap()
-}
 
 fn bytes(seed: u8, len: usize) -> Vec<u8> {
     (0..len).map(|i| seed ^ (i as u8).wrapping_mul(3)).collect()
 }
 
-fn read(pool: &Pool, h: Handle, len: usize) -> Vec<u8> {
-    let mut buf = vec![0u8; len];
-    pool.read(h, &mut buf).unwrap();
-    buf
-}
-
 #[test]
 fn identical_bytes_share_one_object_and_others_do_not() {
     for config in layouts() {
-        let pool = pool(config);
+        let pool = pool(config, 1);
         let a = bytes(1, 700);
         let (h1, shared) = pool.malloc_dedup(&a).unwrap();
         assert!(!shared);
@@ -81,7 +72,7 @@ fn identical_bytes_share_one_object_and_others_do_not() {
 #[test]
 fn the_index_follows_writes_and_frees() {
     for config in layouts() {
-        let pool = pool(config);
+        let pool = pool(config, 1);
         let a = bytes(5, 200);
         let b = bytes(6, 200);
         // Plain writes are not indexed.
@@ -121,7 +112,7 @@ fn the_index_follows_writes_and_frees() {
 
 #[test]
 fn the_index_is_counted_in_metadata_and_bad_sizes_are_refused() {
-    let pool = pool(PoolConfig::default());
+    let pool = pool(PoolConfig::default(), 1);
     let before = pool.metadata_bytes();
     let hs: Vec<Handle> = (0..1000u32)
         .map(|i| {
@@ -167,12 +158,7 @@ fn shard(h: Handle) -> u64 {
 #[test]
 fn malloc_dedup_finds_bytes_indexed_in_another_shard() {
     for config in layouts() {
-        let pool = Pool::with_config(PoolConfig {
-            populate: false,
-            shards: 4,
-            ..config
-        })
-        .unwrap();
+        let pool = pool(config, 4);
         let a = bytes(7, 1500);
         let (first, shared) = dedup_in(&pool, 2, &a);
         assert!(!shared);

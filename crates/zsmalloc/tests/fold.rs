@@ -5,22 +5,16 @@
 //! take part. Copies in different shards of a class are folded too. In both layouts: the
 //! zram device's and the seed kernel's (headers).
 
+#[path = "common/layouts.rs"]
+mod layouts;
+#[path = "common/pool.rs"]
+mod pool;
+
 use std::collections::HashMap;
 
-use zsmalloc::{Error, Handle, Pool, PoolConfig};
-
-fn layouts() -> [PoolConfig; 2] {
-    [PoolConfig::default(), PoolConfig::seed(8)]
-}
-
-fn pool(config: PoolConfig) -> Pool {
-    Pool::with_config(PoolConfig {
-        populate: false,
-        shards: 1,
-        ..config
-    })
-    .unwrap()
-}
+use layouts::layouts;
+use pool::pool;
+use zsmalloc::{Error, Handle, Pool};
 
 /// Content `kind` of `len` bytes.
 fn content(kind: usize, len: usize) -> Vec<u8> {
@@ -40,7 +34,7 @@ fn check_all(pool: &Pool, objs: &[(Handle, Vec<u8>)]) {
 #[test]
 fn fold_keeps_one_object_per_content_and_frees_pages() {
     for config in layouts() {
-        let pool = pool(config);
+        let pool = pool(config, 1);
         // 40 contents in several classes, each stored 25 times, interleaved.
         let mut objs: Vec<(Handle, Vec<u8>)> = Vec::new();
         for copy in 0..25 {
@@ -119,7 +113,7 @@ fn fold_keeps_one_object_per_content_and_frees_pages() {
 #[test]
 fn never_written_objects_are_not_folded() {
     for config in layouts() {
-        let pool = pool(config);
+        let pool = pool(config, 1);
         // Fresh objects read as zeros, all alike, but their bytes are not the caller's.
         let fresh: Vec<Handle> = (0..300).map(|_| pool.malloc(200).unwrap()).collect();
         let written: Vec<Handle> = (0..3)
@@ -148,7 +142,7 @@ fn never_written_objects_are_not_folded() {
 #[test]
 fn fold_joins_existing_shared_and_indexed_objects() {
     for config in layouts() {
-        let pool = pool(config);
+        let pool = pool(config, 1);
         let data = content(3, 1000);
         // A shared object (an anchor), an indexed one and plain copies, all alike.
         let a = pool.malloc(1000).unwrap();
@@ -212,12 +206,7 @@ fn store_in(pool: &Pool, shard: usize, data: &[u8]) -> Handle {
 #[test]
 fn fold_keeps_one_object_per_content_across_shards() {
     for config in layouts() {
-        let pool = Pool::with_config(PoolConfig {
-            populate: false,
-            shards: 3,
-            ..config
-        })
-        .unwrap();
+        let pool = pool(config, 3);
         // 40 contents in several classes, each stored 12 times, spread over three shards
         // (content `kind`'s copies start in shard `kind % 3`).
         let mut objs: Vec<(Handle, Vec<u8>)> = Vec::new();
@@ -264,12 +253,7 @@ fn fold_keeps_one_object_per_content_across_shards() {
 #[test]
 fn fold_across_shards_joins_anchors_and_indexed_objects_but_never_two_anchors() {
     for config in layouts() {
-        let pool = Pool::with_config(PoolConfig {
-            populate: false,
-            shards: 2,
-            ..config
-        })
-        .unwrap();
+        let pool = pool(config, 2);
         let data = content(5, 2000);
         // A shared object in each shard (two anchors), and plain copies in both.
         let a0 = store_in(&pool, 0, &data);

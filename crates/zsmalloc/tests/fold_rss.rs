@@ -5,14 +5,16 @@
 //! `fold` took per GiB stored (a figure, not a check). This file holds one test so that
 //! nothing else in the process moves its RSS.
 
+#[path = "common/rss.rs"]
+mod rss;
+
 use std::time::Instant;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use zsmalloc::{Handle, PAGE_SIZE, Pool, PoolConfig};
+use rss::{MIB, TARGET_BYTES, assert_close, rss, rss_pool};
+use zsmalloc::{Handle, PAGE_SIZE};
 
-const TARGET_BYTES: usize = 1 << 30;
-const MIB: f64 = (1 << 20) as f64;
 /// Contents that half of the objects copy.
 const POPULAR: u64 = 1000;
 
@@ -35,40 +37,9 @@ fn fill(buf: &mut [u8], kind: u64) {
     }
 }
 
-/// This process's resident memory in bytes: `/proc/self/statm`'s second field, in pages.
-fn rss() -> usize {
-    let statm = std::fs::read_to_string("/proc/self/statm").expect("/proc/self/statm");
-    let pages: usize = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|f| f.parse().ok())
-        .expect("resident pages in /proc/self/statm");
-    pages * PAGE_SIZE
-}
-
-fn assert_close(what: &str, grown: usize, expected: usize) {
-    let diff = grown.abs_diff(expected);
-    let pct = diff as f64 * 100.0 / expected as f64;
-    println!(
-        "{what}: RSS grew {:.1} MiB, pool reports {:.1} MiB ({pct:.2}% apart)",
-        grown as f64 / MIB,
-        expected as f64 / MIB,
-    );
-    assert!(
-        pct <= 5.0,
-        "{what}: RSS growth {grown} is {pct:.2}% away from the reported {expected}"
-    );
-}
-
 #[test]
 fn folding_gives_pages_back_to_the_os() {
-    let pool = Pool::with_config(PoolConfig {
-        chain_size: 8,
-        populate: true,
-        page_cache_pages: 0,
-        ..PoolConfig::default()
-    })
-    .unwrap();
+    let pool = rss_pool();
     let mut rng = StdRng::seed_from_u64(4);
     // Everything the test keeps is allocated and touched before the baseline.
     let max_objects = TARGET_BYTES / 1000;

@@ -6,10 +6,17 @@
 //! at the end. In the seed kernel's layout (headers) and the zram device's, and with the
 //! workers in two shards of each class (handles of one object in both).
 
+#[path = "common/check.rs"]
+mod check;
+#[path = "common/pool.rs"]
+mod pool;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 
+use check::check;
+use pool::pool;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use zsmalloc::{Error, Handle, Pool, PoolConfig, pin_malloc_shard};
@@ -24,23 +31,10 @@ fn content(kind: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
-fn check(pool: &Pool, h: Handle, want: &[u8]) {
-    let mut got = vec![0u8; want.len()];
-    pool.read(h, &mut got).unwrap();
-    assert!(got == want, "handle {h}: read back different bytes");
-}
-
 /// With `shards` shards per class; with more than one, each worker allocates in its own
 /// shard, so copies are folded and deduplicated across shards.
 fn stress(config: PoolConfig, shards: usize) {
-    let pool = Arc::new(
-        Pool::with_config(PoolConfig {
-            populate: false,
-            shards,
-            ..config
-        })
-        .unwrap(),
-    );
+    let pool = Arc::new(pool(config, shards));
     let stop = Arc::new(AtomicBool::new(false));
     let looping = |f: fn(&Pool) -> u64| {
         let pool = Arc::clone(&pool);
@@ -181,14 +175,7 @@ fn fold_races_compaction_of_a_large_class() {
         .take(8)
         .enumerate()
     {
-        let pool = Arc::new(
-            Pool::with_config(PoolConfig {
-                populate: false,
-                shards: 1,
-                ..config
-            })
-            .unwrap(),
-        );
+        let pool = Arc::new(pool(config, 1));
         let mut rng = StdRng::seed_from_u64(round as u64);
         let mut objs: Vec<(Handle, Vec<u8>)> = (0..40_000)
             .map(|_| {

@@ -7,12 +7,13 @@
 //! not change how pages are held or given back). This file holds one test so that nothing
 //! else in the process moves its RSS.
 
+#[path = "common/rss.rs"]
+mod rss;
+
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use zsmalloc::{Handle, PAGE_SIZE, Pool, PoolConfig};
-
-const TARGET_BYTES: usize = 1 << 30;
-const MIB: f64 = (1 << 20) as f64;
+use rss::{MIB, TARGET_BYTES, assert_close, rss, rss_pool};
+use zsmalloc::{Handle, PAGE_SIZE};
 
 /// Object sizes as zram sees them: compressed pages, mostly 200..3000 bytes, with a tail of
 /// poorly compressible ones up to a whole page.
@@ -31,41 +32,9 @@ fn fill(buf: &mut [u8], i: usize) {
     buf[8..].fill(b);
 }
 
-/// This process's resident memory in bytes: `/proc/self/statm`'s second field, in pages.
-fn rss() -> usize {
-    let statm = std::fs::read_to_string("/proc/self/statm").expect("/proc/self/statm");
-    let pages: usize = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|f| f.parse().ok())
-        .expect("resident pages in /proc/self/statm");
-    pages * PAGE_SIZE
-}
-
-fn assert_close(what: &str, grown: usize, expected: usize) {
-    let diff = grown.abs_diff(expected);
-    let pct = diff as f64 * 100.0 / expected as f64;
-    println!(
-        "{what}: RSS grew {:.1} MiB, pool reports {:.1} MiB ({pct:.2}% apart)",
-        grown as f64 / MIB,
-        expected as f64 / MIB,
-    );
-    assert!(
-        pct <= 5.0,
-        "{what}: RSS growth {grown} is {pct:.2}% away from the reported {expected}"
-    );
-}
-
 #[test]
 fn rss_follows_reported_memory() {
-    let pool = Pool::with_config(PoolConfig {
-        chain_size: 8,
-        populate: true,
-        // Freed zspages go back to the OS at once: no resident cache to account for.
-        page_cache_pages: 0,
-        ..PoolConfig::default()
-    })
-    .unwrap();
+    let pool = rss_pool();
     let mut rng = StdRng::seed_from_u64(7);
 
     // Everything the test itself keeps is allocated and touched before the baseline: the

@@ -7,35 +7,37 @@
 //! different shards of its class (remote aliases, made by folding copies in two shards):
 //! they share, read, count and free like any other.
 
-use zsmalloc::{Error, Handle, Pool, PoolConfig};
+#[path = "common/layouts.rs"]
+mod layouts;
+#[path = "common/pool.rs"]
+mod pool;
+#[path = "common/read.rs"]
+mod read;
 
-fn layouts() -> [PoolConfig; 2] {
-    [PoolConfig::default(), PoolConfig::seed(8)]
-}
-
-fn pool(config: PoolConfig) -> Pool {
-    Pool::with_config(PoolConfig {
-        populate: false,
-        shards: 1,
-        ..config
-    })
-    .unwrap()
-}
-
-fn read(pool: &Pool, h: Handle, len: usize) -> Vec<u8> {
-    let mut buf = vec![0u8; len];
-    pool.read(h, &mut buf).unwrap();
-    buf
-}
+use layouts::layouts;
+use pool::pool;
+use read::read;
+use zsmalloc::{Error, Handle, Pool};
 
 fn is_stale<T: std::fmt::Debug>(r: zsmalloc::Result<T>, h: Handle) -> bool {
     matches!(r, Err(Error::StaleHandle(x)) if x == h)
 }
 
+/// Every handle-taking operation but `free` refuses the forged handle `forged` as stale.
+fn assert_forged_refused(pool: &Pool, forged: Handle) {
+    assert!(is_stale(pool.free_shared(forged), forged), "free {forged}");
+    assert!(is_stale(pool.share(forged), forged));
+    assert!(is_stale(pool.refs(forged), forged));
+    assert!(is_stale(pool.object_id(forged), forged));
+    assert!(is_stale(pool.read(forged, &mut [0u8; 3]), forged));
+    assert!(is_stale(pool.write(forged, b"x"), forged));
+    assert!(is_stale(pool.capacity(forged), forged));
+}
+
 #[test]
 fn share_counts_references_and_the_last_free_takes_the_object() {
     for config in layouts() {
-        let pool = pool(config);
+        let pool = pool(config, 1);
         let h = pool.malloc(500).unwrap();
         pool.write(h, b"shared bytes").unwrap();
         let id = pool.object_id(h).unwrap();
@@ -84,7 +86,7 @@ fn share_counts_references_and_the_last_free_takes_the_object() {
 #[test]
 fn an_unshared_object_is_freed_by_its_one_handle() {
     for config in layouts() {
-        let pool = pool(config);
+        let pool = pool(config, 1);
         let h = pool.malloc(100).unwrap();
         assert!(pool.free_shared(h).unwrap());
         assert!(is_stale(pool.free_shared(h), h));
@@ -95,7 +97,7 @@ fn an_unshared_object_is_freed_by_its_one_handle() {
 #[test]
 fn writes_to_a_shared_object_are_refused_through_every_handle() {
     for config in layouts() {
-        let pool = pool(config);
+        let pool = pool(config, 1);
         let h = pool.malloc(64).unwrap();
         pool.write(h, &[7; 64]).unwrap();
         let other = pool.malloc(64).unwrap();
@@ -120,7 +122,7 @@ fn writes_to_a_shared_object_are_refused_through_every_handle() {
 #[test]
 fn double_stale_and_forged_frees_fail_and_change_nothing() {
     for config in layouts() {
-        let pool = pool(config);
+        let pool = pool(config, 1);
         // In a new one-shard pool the first handle takes entry 0 of its class's table.
         let h = pool.malloc(300).unwrap();
         pool.write(h, b"abc").unwrap();
@@ -138,14 +140,8 @@ fn double_stale_and_forged_frees_fail_and_change_nothing() {
             Handle::from_raw(h.to_raw() + 3),
             Handle::from_raw(0),
         ] {
-            assert!(is_stale(pool.free_shared(forged), forged), "free {forged}");
+            assert_forged_refused(&pool, forged);
             assert!(is_stale(pool.free(forged), forged));
-            assert!(is_stale(pool.share(forged), forged));
-            assert!(is_stale(pool.refs(forged), forged));
-            assert!(is_stale(pool.object_id(forged), forged));
-            assert!(is_stale(pool.read(forged, &mut [0u8; 3]), forged));
-            assert!(is_stale(pool.write(forged, b"x"), forged));
-            assert!(is_stale(pool.capacity(forged), forged));
         }
         // An alias freed twice: the second free fails, and the object stays.
         assert!(!pool.free_shared(h2).unwrap());
@@ -172,7 +168,7 @@ fn double_stale_and_forged_frees_fail_and_change_nothing() {
 #[test]
 fn object_ids_differ_between_objects_and_survive_compaction() {
     for config in layouts() {
-        let pool = pool(config);
+        let pool = pool(config, 1);
         let hs: Vec<Handle> = (0..200)
             .map(|i| {
                 let h = pool.malloc(700).unwrap();
@@ -218,16 +214,6 @@ fn object_ids_differ_between_objects_and_survive_compaction() {
     }
 }
 
-/// A two-shard pool: objects land in the shard `pin_malloc_shard` names.
-fn two_shards(config: PoolConfig) -> Pool {
-    Pool::with_config(PoolConfig {
-        populate: false,
-        shards: 2,
-        ..config
-    })
-    .unwrap()
-}
-
 /// The class-shard position a handle names (`handle.rs`: bits 47..59).
 fn shard(h: Handle) -> u64 {
     (h.to_raw() >> 47) & 0xFFF
@@ -253,7 +239,7 @@ fn remote_pair(pool: &Pool, data: &[u8]) -> (Handle, Handle) {
 #[test]
 fn remote_aliases_share_read_count_and_free_across_shards() {
     for config in layouts() {
-        let pool = two_shards(config);
+        let pool = pool(config, 2);
         let (local, remote) = remote_pair(&pool, b"one object, two shards");
         let id = pool.object_id(local).unwrap();
         assert_eq!(pool.object_id(remote).unwrap(), id);
@@ -296,7 +282,7 @@ fn remote_aliases_share_read_count_and_free_across_shards() {
 #[test]
 fn the_last_handle_of_an_object_may_be_a_remote_alias() {
     for config in layouts() {
-        let pool = two_shards(config);
+        let pool = pool(config, 2);
         let (local, remote) = remote_pair(&pool, &[0x5A; 3000]);
         let more: Vec<Handle> = (0..3).map(|_| pool.share(remote).unwrap()).collect();
         assert!(!pool.free_shared(local).unwrap());
@@ -316,7 +302,7 @@ fn the_last_handle_of_an_object_may_be_a_remote_alias() {
 #[test]
 fn stale_double_and_forged_uses_of_remote_aliases_fail_and_change_nothing() {
     for config in layouts() {
-        let pool = two_shards(config);
+        let pool = pool(config, 2);
         let (local, remote) = remote_pair(&pool, b"abc");
         // In the new pool `local` took entry 0 of its table and the fold's anchor entry 1.
         let anchor = Handle::from_raw(local.to_raw() + 1);
@@ -324,13 +310,7 @@ fn stale_double_and_forged_uses_of_remote_aliases_fail_and_change_nothing() {
         let no_shard = Handle::from_raw(remote.to_raw() | (0xFFF << 47));
         let before = (pool.total_pages(), pool.refs(local).unwrap());
         for forged in [anchor, next_generation, no_shard] {
-            assert!(is_stale(pool.free_shared(forged), forged), "free {forged}");
-            assert!(is_stale(pool.share(forged), forged));
-            assert!(is_stale(pool.refs(forged), forged));
-            assert!(is_stale(pool.object_id(forged), forged));
-            assert!(is_stale(pool.read(forged, &mut [0u8; 3]), forged));
-            assert!(is_stale(pool.write(forged, b"x"), forged));
-            assert!(is_stale(pool.capacity(forged), forged));
+            assert_forged_refused(&pool, forged);
         }
         assert_eq!((pool.total_pages(), pool.refs(local).unwrap()), before);
         pool.check_invariants().unwrap();

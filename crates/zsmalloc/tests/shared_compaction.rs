@@ -4,20 +4,22 @@
 //! a shared object's header names its anchor and must still after the move — the
 //! invariants check it). Also when the handles are in another shard than the object.
 
+#[path = "common/layouts.rs"]
+mod layouts;
+#[path = "common/pool.rs"]
+mod pool;
+
+use layouts::layouts;
+use pool::pool;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use zsmalloc::{Handle, Pool, PoolConfig};
+use zsmalloc::Handle;
 
 #[test]
 fn compaction_moves_shared_objects_once_and_every_handle_follows() {
-    for config in [PoolConfig::default(), PoolConfig::seed(8)] {
-        let pool = Pool::with_config(PoolConfig {
-            populate: false,
-            shards: 1,
-            ..config
-        })
-        .unwrap();
+    for config in layouts() {
+        let pool = pool(config, 1);
         let mut rng = StdRng::seed_from_u64(4);
         // Objects of one class, each written with its own bytes.
         let size = 900;
@@ -100,13 +102,8 @@ fn compaction_moves_shared_objects_once_and_every_handle_follows() {
 /// still names its anchor).
 #[test]
 fn compaction_moves_objects_whose_handles_are_in_another_shard() {
-    for config in [PoolConfig::default(), PoolConfig::seed(8)] {
-        let pool = Pool::with_config(PoolConfig {
-            populate: false,
-            shards: 2,
-            ..config
-        })
-        .unwrap();
+    for config in layouts() {
+        let pool = pool(config, 2);
         let mut rng = StdRng::seed_from_u64(9);
         let size = 900;
         let contents: Vec<Vec<u8>> = (0..1200)

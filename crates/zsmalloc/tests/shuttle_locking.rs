@@ -9,11 +9,18 @@
 //! `RUSTFLAGS="--cfg shuttle" cargo test -p zsmalloc --release --test shuttle_locking`.
 #![cfg(shuttle)]
 
+#[path = "common/check.rs"]
+mod check;
+#[path = "common/pool.rs"]
+mod pool;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use shuttle::thread;
-use zsmalloc::{Handle, Pool, PoolConfig, pin_malloc_shard};
+use check::check;
+use pool::pool;
+use shuttle::thread::{self, JoinHandle};
+use zsmalloc::{FoldReport, Handle, Pool, PoolConfig, pin_malloc_shard};
 
 /// With chain 4, 2700-byte objects (2708 without the header) live in class 168 (2720 bytes):
 /// 3 objects per 2 pages, so a handful of objects spread over several zspages, compaction has
@@ -31,36 +38,64 @@ fn fill(h: Handle, tag: u8, len: usize) -> Vec<u8> {
     (0..len).map(|i| seed.wrapping_add(i as u8)).collect()
 }
 
-fn check(pool: &Pool, h: Handle, want: &[u8]) {
-    let mut got = vec![0u8; want.len()];
-    pool.read(h, &mut got).unwrap();
-    assert!(got == want, "handle {h}: read back different bytes");
+/// Explores `scenario` under `schedules` random and `schedules` PCT schedules in the seed
+/// kernel's layout (the handle in every object), then under half as many random ones in the
+/// zram device's (the default: objects without the handle header, so 8 bytes more of
+/// caller data land in the same class). Returns how many schedules ran (`runs` counts them)
+/// and in how many the racing operation had work to do (`hits`).
+fn explore(
+    scenario: fn(PoolConfig),
+    schedules: usize,
+    runs: &AtomicUsize,
+    hits: &AtomicUsize,
+) -> (usize, usize) {
+    shuttle::check_random(move || scenario(PoolConfig::seed(4)), schedules);
+    shuttle::check_pct(move || scenario(PoolConfig::seed(4)), schedules, 3);
+    shuttle::check_random(
+        move || {
+            scenario(PoolConfig {
+                chain_size: 4,
+                ..PoolConfig::default()
+            })
+        },
+        schedules / 2,
+    );
+    (runs.load(Ordering::Relaxed), hits.load(Ordering::Relaxed))
 }
 
-/// In the seed kernel's layout: the handle in every object.
-fn scenario() {
-    scenario_with(PoolConfig::seed(4));
+/// A folding and a compacting thread, one pass each, racing with the scenario's others.
+fn spawn_fold_and_compact(pool: &Arc<Pool>) -> (JoinHandle<FoldReport>, JoinHandle<usize>) {
+    let folder = {
+        let pool = Arc::clone(pool);
+        thread::spawn(move || pool.fold())
+    };
+    let compactor = {
+        let pool = Arc::clone(pool);
+        thread::spawn(move || pool.compact())
+    };
+    (folder, compactor)
 }
 
-/// In the zram device's layout (the default): objects without the handle header, so 8 bytes
-/// more of caller data land in the same class.
-fn scenario_device() {
-    scenario_with(PoolConfig {
-        chain_size: 4,
-        ..PoolConfig::default()
-    });
+/// Every live handle reads back its content, with the pool's identities holding.
+fn check_live(pool: &Pool, live: &[(Handle, &Vec<u8>)]) {
+    pool.check_invariants().unwrap();
+    for &(h, data) in live {
+        check(pool, h, data);
+    }
+}
+
+/// Frees every handle; then the pool holds no pages.
+fn free_all_shared(pool: &Pool, handles: impl IntoIterator<Item = Handle>) {
+    for h in handles {
+        pool.free_shared(h).unwrap();
+    }
+    pool.check_invariants().unwrap();
+    assert_eq!(pool.total_pages(), 0);
 }
 
 fn scenario_with(config: PoolConfig) {
     let big = BIG + 8 - config.header.bytes();
-    let pool = Arc::new(
-        Pool::with_config(PoolConfig {
-            populate: false,
-            shards: 1,
-            ..config
-        })
-        .unwrap(),
-    );
+    let pool = Arc::new(pool(config, 1));
     let class = pool.lookup_class(big).unwrap();
     assert_eq!((class.pages_per_zspage, class.objs_per_zspage), (2, 3));
 
@@ -158,13 +193,7 @@ fn scenario_with(config: PoolConfig) {
 /// scenario.
 #[test]
 fn malloc_write_read_free_race_compaction() {
-    shuttle::check_random(scenario, 20_000);
-    shuttle::check_pct(scenario, 20_000, 3);
-    shuttle::check_random(scenario_device, 10_000);
-    let (runs, compacted) = (
-        RUNS.load(Ordering::Relaxed),
-        COMPACTED.load(Ordering::Relaxed),
-    );
+    let (runs, compacted) = explore(scenario_with, 20_000, &RUNS, &COMPACTED);
     println!("{runs} schedules, compaction moved objects in {compacted}");
     assert_eq!(runs, 50_000);
     assert!(compacted > 0, "compaction never had work to do");
@@ -176,15 +205,13 @@ fn malloc_write_read_free_race_compaction() {
 fn churn_random_schedules() {
     shuttle::check_random(
         || {
-            let pool = Arc::new(
-                Pool::with_config(PoolConfig {
+            let pool = Arc::new(pool(
+                PoolConfig {
                     chain_size: 1,
-                    populate: false,
-                    shards: 1,
                     ..PoolConfig::default()
-                })
-                .unwrap(),
-            );
+                },
+                1,
+            ));
             // 1500-byte objects: 2 per one-page zspage with chain 1.
             let threads: Vec<_> = (0..2u8)
                 .map(|t| {
@@ -235,14 +262,7 @@ fn content(tag: u8, len: usize) -> Vec<u8> {
 /// Folding while handles are freed, shared and deduplicated, objects compacted and read.
 fn fold_scenario_with(config: PoolConfig) {
     let big = BIG + 8 - config.header.bytes();
-    let pool = Arc::new(
-        Pool::with_config(PoolConfig {
-            populate: false,
-            shards: 1,
-            ..config
-        })
-        .unwrap(),
-    );
+    let pool = Arc::new(pool(config, 1));
     let (a, b) = (content(1, big), content(2, big));
     // Contents A B A B A B: two zspages of three objects; B's second copy goes, so
     // compaction has a hole to fill; one B handle is shared.
@@ -259,14 +279,7 @@ fn fold_scenario_with(config: PoolConfig) {
     let b3 = pool.share(b0).unwrap();
     pool.check_invariants().unwrap();
 
-    let folder = {
-        let pool = Arc::clone(&pool);
-        thread::spawn(move || pool.fold())
-    };
-    let compactor = {
-        let pool = Arc::clone(&pool);
-        thread::spawn(move || pool.compact())
-    };
+    let (folder, compactor) = spawn_fold_and_compact(&pool);
     let freer = {
         let pool = Arc::clone(&pool);
         let a = a.clone();
@@ -305,10 +318,7 @@ fn fold_scenario_with(config: PoolConfig) {
     }
     assert_eq!(pool.pages_folded(), report.pages_freed);
 
-    pool.check_invariants().unwrap();
-    for &(h, data) in &live {
-        check(&pool, h, data);
-    }
+    check_live(&pool, &live);
     // Once more without racing: one object per content is left, but where two objects
     // of a content were both shared already (anchors are never folded into each other).
     pool.fold();
@@ -335,30 +345,12 @@ fn fold_scenario_with(config: PoolConfig) {
     for &(h, data) in &live {
         check(&pool, h, data);
     }
-    for (h, _) in live {
-        pool.free_shared(h).unwrap();
-    }
-    pool.check_invariants().unwrap();
-    assert_eq!(pool.total_pages(), 0);
+    free_all_shared(&pool, live.into_iter().map(|(h, _)| h));
 }
 
 #[test]
 fn fold_races_free_share_dedup_compaction_and_readers() {
-    shuttle::check_random(|| fold_scenario_with(PoolConfig::seed(4)), 20_000);
-    shuttle::check_pct(|| fold_scenario_with(PoolConfig::seed(4)), 20_000, 3);
-    shuttle::check_random(
-        || {
-            fold_scenario_with(PoolConfig {
-                chain_size: 4,
-                ..PoolConfig::default()
-            })
-        },
-        10_000,
-    );
-    let (runs, folded) = (
-        FOLD_RUNS.load(Ordering::Relaxed),
-        FOLDED.load(Ordering::Relaxed),
-    );
+    let (runs, folded) = explore(fold_scenario_with, 20_000, &FOLD_RUNS, &FOLDED);
     println!("{runs} schedules, the racing fold folded in {folded}");
     assert_eq!(runs, 50_000);
     assert!(folded > 0, "the racing fold never folded");
@@ -387,14 +379,7 @@ fn store_in(pool: &Pool, shard: usize, data: &[u8], dedup: bool) -> Handle {
 /// shard's index, a copy being folded is rewritten, and shard 0 is compacted.
 fn cross_shard_scenario_with(config: PoolConfig) {
     let big = BIG + 8 - config.header.bytes();
-    let pool = Arc::new(
-        Pool::with_config(PoolConfig {
-            populate: false,
-            shards: 2,
-            ..config
-        })
-        .unwrap(),
-    );
+    let pool = Arc::new(pool(config, 2));
     let [a, b, c, d, e, a_new] = [1, 2, 3, 4, 5, 6].map(|tag| content(tag, big));
     // Shard 0: A, B (indexed), C | D: two zspages. Shard 1: copies of A and B.
     let a0 = store_in(&pool, 0, &a, false);
@@ -412,14 +397,7 @@ fn cross_shard_scenario_with(config: PoolConfig) {
     let e1 = store_in(&pool, 1, &e, false);
     pool.check_invariants().unwrap();
 
-    let folder = {
-        let pool = Arc::clone(&pool);
-        thread::spawn(move || pool.fold())
-    };
-    let compactor = {
-        let pool = Arc::clone(&pool);
-        thread::spawn(move || pool.compact())
-    };
+    let (folder, compactor) = spawn_fold_and_compact(&pool);
     let freer = {
         let pool = Arc::clone(&pool);
         let (a, b) = (a.clone(), b.clone());
@@ -477,10 +455,7 @@ fn cross_shard_scenario_with(config: PoolConfig) {
         (b3, &b),
         (d0, &d),
     ];
-    pool.check_invariants().unwrap();
-    for &(h, data) in &live {
-        check(&pool, h, data);
-    }
+    check_live(&pool, &live);
     // Once more without racing: one object per content is left.
     pool.fold();
     pool.check_invariants().unwrap();
@@ -493,29 +468,16 @@ fn cross_shard_scenario_with(config: PoolConfig) {
             assert_eq!(same, data == other_data);
         }
     }
-    for (h, _) in live {
-        pool.free_shared(h).unwrap();
-    }
-    pool.check_invariants().unwrap();
-    assert_eq!(pool.total_pages(), 0);
+    free_all_shared(&pool, live.map(|(h, _)| h));
 }
 
 #[test]
 fn cross_shard_fold_races_free_share_dedup_compaction_and_readers() {
-    shuttle::check_random(|| cross_shard_scenario_with(PoolConfig::seed(4)), 10_000);
-    shuttle::check_pct(|| cross_shard_scenario_with(PoolConfig::seed(4)), 10_000, 3);
-    shuttle::check_random(
-        || {
-            cross_shard_scenario_with(PoolConfig {
-                chain_size: 4,
-                ..PoolConfig::default()
-            })
-        },
-        5_000,
-    );
-    let (runs, folded) = (
-        CROSS_RUNS.load(Ordering::Relaxed),
-        CROSS_FOLDED.load(Ordering::Relaxed),
+    let (runs, folded) = explore(
+        cross_shard_scenario_with,
+        10_000,
+        &CROSS_RUNS,
+        &CROSS_FOLDED,
     );
     println!("{runs} schedules, the racing fold folded across shards in {folded}");
     assert_eq!(runs, 25_000);

@@ -5,9 +5,24 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use zramd::serve::{DeviceSpec, ServeOptions, Server};
+
 use super::run::{Run, run, run_ok};
 
 const ZRAMD: &str = env!("CARGO_BIN_EXE_zramd");
+
+/// A server of `devices` with its NBD and control sockets in `dir` and metrics on a free
+/// local port.
+pub fn serve(dir: &Path, devices: Vec<DeviceSpec>) -> Server {
+    Server::start(&ServeOptions {
+        devices,
+        unix: vec![dir.join("nbd.sock")],
+        control: Some(dir.join("control.sock")),
+        metrics: Some("127.0.0.1:0".into()),
+        ..ServeOptions::default()
+    })
+    .unwrap()
+}
 
 /// Runs `zramd <args> --control <path>` (bounded: one minute).
 pub fn cli(control: &Path, args: &[&str]) -> Run {

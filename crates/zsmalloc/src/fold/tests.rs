@@ -43,6 +43,29 @@ fn read(pool: &Pool, h: Handle, len: usize) -> Vec<u8> {
     buf
 }
 
+/// Each of `objs` (handles of 200-byte objects) reads back its bytes, two handles name one
+/// object exactly when their bytes are the same; then all are freed and no page is left.
+fn check_one_object_per_content_and_free(
+    pool: &Pool,
+    objs: Vec<(Handle, Vec<u8>)>,
+    config: PoolConfig,
+) {
+    for (h, data) in &objs {
+        assert_eq!(&read(pool, *h, 200), data);
+    }
+    for (a, da) in &objs {
+        for (b, db) in &objs {
+            let same = pool.object_id(*a).unwrap() == pool.object_id(*b).unwrap();
+            assert_eq!(same, da == db, "{config:?}");
+        }
+    }
+    for (h, _) in objs {
+        pool.free(h).unwrap();
+    }
+    pool.check_invariants().unwrap();
+    assert_eq!(pool.total_pages(), 0);
+}
+
 #[test]
 fn fold_never_merges_different_bytes_when_hashes_collide() {
     collide_hashes(true);
@@ -63,20 +86,7 @@ fn fold_never_merges_different_bytes_when_hashes_collide() {
         // Every content keeps one object (up to MAX_KEEPERS contents per hash).
         assert_eq!(report.objects_folded, 8, "{config:?}");
         assert_eq!(pool.stats().obj_used, 4);
-        for (h, data) in &objs {
-            assert_eq!(&read(&pool, *h, 200), data);
-        }
-        for (a, da) in &objs {
-            for (b, db) in &objs {
-                let same = pool.object_id(*a).unwrap() == pool.object_id(*b).unwrap();
-                assert_eq!(same, da == db, "{config:?}");
-            }
-        }
-        for (h, _) in objs {
-            pool.free(h).unwrap();
-        }
-        pool.check_invariants().unwrap();
-        assert_eq!(pool.total_pages(), 0);
+        check_one_object_per_content_and_free(&pool, objs, config);
     }
     collide_hashes(false);
 }
@@ -146,20 +156,7 @@ fn fold_across_shards_never_merges_or_shares_different_bytes_when_hashes_collide
         assert_eq!(pool.refs(single).unwrap(), 1);
         pool.write(single, &content(4, 200)).unwrap();
         objs.push((single, content(4, 200)));
-        for (h, data) in &objs {
-            assert_eq!(&read(&pool, *h, 200), data);
-        }
-        for (a, da) in &objs {
-            for (b, db) in &objs {
-                let same = pool.object_id(*a).unwrap() == pool.object_id(*b).unwrap();
-                assert_eq!(same, da == db, "{config:?}");
-            }
-        }
-        for (h, _) in objs {
-            pool.free(h).unwrap();
-        }
-        pool.check_invariants().unwrap();
-        assert_eq!(pool.total_pages(), 0);
+        check_one_object_per_content_and_free(&pool, objs, config);
     }
     collide_hashes(false);
 }
