@@ -108,26 +108,21 @@ fn idle_marks_by_age_skip_same_and_clear_on_access() {
     zram.inspect(2 * PAGE_SIZE as u64, &mut buf).unwrap();
     assert!(flags(&zram, 2).contains(Flags::IDLE), "inspection is not");
     let text = zram.format_block_state();
-    let line1 = text
-        .lines()
-        .find(|l| l.trim_start().starts_with("1 "))
-        .unwrap();
-    assert!(line1.ends_with(" ......"), "{line1}");
-    let line2 = text
-        .lines()
-        .find(|l| l.trim_start().starts_with("2 "))
-        .unwrap();
-    assert!(line2.ends_with(" ...i.."), "{line2}");
-    let line33 = text
-        .lines()
-        .find(|l| l.trim_start().starts_with("33 "))
-        .unwrap();
-    assert!(line33.ends_with(" ..hi.."), "{line33}");
-    let line50 = text
-        .lines()
-        .find(|l| l.trim_start().starts_with("50 "))
-        .unwrap();
-    assert!(line50.ends_with(" s....."), "{line50}");
+    let flags_of = |index: usize| {
+        let prefix = format!("{index} ");
+        text.lines()
+            .find(|l| l.trim_start().starts_with(&prefix))
+            .unwrap()
+    };
+    for (index, marks) in [
+        (1, " ......"),
+        (2, " ...i.."),
+        (33, " ..hi.."),
+        (50, " s....."),
+    ] {
+        let line = flags_of(index);
+        assert!(line.ends_with(marks), "{line}");
+    }
     assert_eq!(text.lines().count(), 56, "one line per slot holding data");
     same_bytes(&zram, &image);
 }
