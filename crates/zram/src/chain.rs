@@ -33,6 +33,11 @@ pub fn links(len: usize) -> usize {
     len.saturating_sub(PAGE_SIZE).div_ceil(PIECE_DATA)
 }
 
+/// Stream bytes in the last piece of the chain of a stream of `len` bytes.
+pub(crate) fn last_piece(len: usize) -> usize {
+    len - links(len) * PIECE_DATA
+}
+
 /// Allocates (through `alloc`, which may refuse, e.g. at `mem_limit`) and writes the chain
 /// of `stream`; returns the first piece's handle. On failure every piece allocated is freed
 /// again, so nothing is left behind.
@@ -132,7 +137,7 @@ pub fn pieces(pool: &Pool, head: Handle, len: usize) -> Result<Vec<(Handle, usiz
         out.push((handle, PAGE_SIZE));
         handle = pool.with_object(handle, LINK, link_of)?;
     }
-    out.push((handle, len - k * PIECE_DATA));
+    out.push((handle, last_piece(len)));
     Ok(out)
 }
 

@@ -24,15 +24,19 @@ impl Store {
                 .saturating_sub(self.pages_compacted_base.load(Relaxed)),
             huge_pages: Counters::get(&c.huge_pages),
             huge_pages_since: Counters::get(&c.huge_pages_since),
-            pages_folded: self
-                .pool()
-                .pages_folded()
-                .saturating_sub(self.pages_folded_base.load(Relaxed)),
+            pages_folded: self.pages_folded(),
             metadata_bytes: (self.table_bytes()
                 + self.pool().metadata_bytes()
                 + self.shared_copies.metadata_bytes()) as u64,
             cached_bytes: (self.pool().cached_pages() * PAGE_SIZE) as u64,
         }
+    }
+
+    /// Pages folding gave back since the counters were last cleared (`mm_stat` field 10).
+    pub(crate) fn pages_folded(&self) -> u64 {
+        self.pool()
+            .pages_folded()
+            .saturating_sub(self.pages_folded_base.load(Relaxed))
     }
 
     /// The `bd_stat` figures.

@@ -59,7 +59,7 @@ pub(crate) fn fold_stats(store: &Store) -> FoldStats {
         dedup: store.dedup(),
         folds: Counters::get(&c.folds),
         objects_folded: Counters::get(&c.objects_folded),
-        pages_folded: store.mm_stat().pages_folded,
+        pages_folded: store.pages_folded(),
         dedup_pages: Counters::get(&c.dedup_pages),
         dedup_bytes: Counters::get(&c.dedup_bytes),
         shared_objects: shares.shared_objects,

@@ -16,7 +16,7 @@ use crate::store::Store;
 pub(crate) fn stream_of(store: &Store, g: &SlotGuard<'_>, buf: &mut Vec<u8>) -> Result<()> {
     let e = g.get();
     buf.resize(e.len, 0);
-    crate::chain::read(store.pool(), Handle::from_raw(e.handle), buf)
+    store.stream_into(g.index(), e, buf)
 }
 
 /// Switches the locked slot, whose stream was written to the backing file at
@@ -26,11 +26,7 @@ pub(crate) fn stream_of(store: &Store, g: &SlotGuard<'_>, buf: &mut Vec<u8>) -> 
 pub(crate) fn switch_to_backing(store: &Store, g: &mut SlotGuard<'_>, offset: u64, wrote: bool) {
     let e = g.get();
     let pages = store.pages(g.index());
-    crate::chain::free(store.pool(), Handle::from_raw(e.handle), e.len);
-    Counters::sub(&store.counters().compr_data_size, e.len as u64);
-    if e.flags.contains(Flags::HUGE) {
-        Counters::sub(&store.counters().huge_pages, pages);
-    }
+    store.drop_stream(e, pages);
     g.set(SlotEntry {
         handle: offset,
         len: e.len,
@@ -70,13 +66,8 @@ pub(crate) fn replace_with(
     prio: u8,
 ) {
     let e = g.get();
-    let pages = store.pages(g.index());
-    crate::chain::free(store.pool(), Handle::from_raw(e.handle), e.len);
-    Counters::sub(&store.counters().compr_data_size, e.len as u64);
+    store.drop_stream(e, store.pages(g.index()));
     Counters::add(&store.counters().compr_data_size, len as u64);
-    if e.flags.contains(Flags::HUGE) {
-        Counters::sub(&store.counters().huge_pages, pages);
-    }
     g.set(SlotEntry {
         handle: head.to_raw(),
         len,
@@ -105,10 +96,7 @@ pub(crate) fn mark_idle(store: &Store, min_age: Option<u32>) -> u64 {
     for index in 0..store.slots() {
         let mut g = store.lock(index);
         let e = g.get();
-        let eligible = e.len != 0
-            && !e.flags.contains(Flags::SAME)
-            && !e.flags.contains(Flags::WB)
-            && !e.flags.contains(Flags::IDLE);
+        let eligible = e.is_resident() && !e.flags.contains(Flags::IDLE);
         if eligible && min_age.is_none_or(|age| now.saturating_sub(e.ac_time) >= age) {
             set_flag(&mut g, Flags::IDLE, true);
             marked += 1;

@@ -38,8 +38,7 @@ impl Mode {
     /// Does a resident slot with entry `e` qualify?
     pub(crate) fn admits(self, e: &SlotEntry) -> bool {
         let f = e.flags;
-        let resident = e.len != 0 && !f.contains(Flags::SAME) && !f.contains(Flags::WB);
-        resident
+        e.is_resident()
             && match self {
                 Mode::Any => true,
                 Mode::Idle => f.contains(Flags::IDLE),
@@ -223,8 +222,8 @@ pub(crate) fn select(store: &Store, scans: &[(Mode, u64, Option<u64>)]) -> Resul
     let slots = store.slots();
     let mut buckets: Vec<Vec<usize>> = vec![Vec::new(); store.unit_size() / BUCKET + 1];
     let mut seen = std::collections::HashSet::new();
+    let pages = store.disksize() / crate::PAGE_SIZE as u64;
     for &(mode, lo, hi) in scans {
-        let pages = store.disksize() / crate::PAGE_SIZE as u64;
         let hi = hi.unwrap_or(pages);
         if lo >= pages || hi > pages {
             return Err(Error::InvalidArgument(format!(

@@ -33,8 +33,7 @@
 
 use zsmalloc::Handle;
 
-use crate::PAGE_SIZE;
-use crate::chain::links;
+use crate::chain::{last_piece, links};
 use crate::error::{Error, Result};
 use crate::post;
 use crate::pp::{Mode, RecompressRequest, select};
@@ -107,7 +106,7 @@ type Key = (u64, (usize, usize, u8));
 
 /// The priority a request names, checked against the device's algorithms.
 fn priority(store: &Store, req: &RecompressRequest) -> Result<u8> {
-    let mut secondary = (1..=crate::slot::MAX_PRIORITY).filter(|&p| store.codec(p).is_ok());
+    let mut secondary = store.secondary_priorities();
     let p = match (req.priority, req.algo) {
         (Some(p), _) => p,
         (None, Some(a)) => secondary
@@ -126,9 +125,8 @@ fn priority(store: &Store, req: &RecompressRequest) -> Result<u8> {
 /// The order of the memory a stream of `len` bytes takes: objects first, then the class
 /// of the last one.
 fn class_key(store: &Store, len: usize) -> Result<(usize, usize)> {
-    let k = links(len);
-    let last = len - k * (PAGE_SIZE - 8);
-    Ok((k, store.pool().lookup_class(last)?.index))
+    let last = last_piece(len);
+    Ok((links(len), store.pool().lookup_class(last)?.index))
 }
 
 /// Runs a recompression pass.
@@ -188,8 +186,7 @@ pub(crate) fn recompress(store: &Store, req: &RecompressRequest) -> Result<Recom
         plain.resize(slot_len, 0);
         store.load(&g, &mut plain)?;
         let new_len = codec.with(|c| c.compress(&plain, &mut encoded))??;
-        let fits = new_len < slot_len - PAGE_SIZE + store.huge_class_size();
-        let smaller = fits
+        let smaller = store.fits(new_len, slot_len)
             && class_key(store, new_len)? < class_key(store, e.len)?
             && (req.threshold == 0 || new_len < req.threshold);
         let verdict = if smaller {

@@ -94,6 +94,11 @@ impl SlotEntry {
         self.len != 0 || self.flags.contains(Flags::SAME) || self.flags.contains(Flags::WB)
     }
 
+    /// Does the slot hold an object in memory (not same-filled, not written back)?
+    pub fn is_resident(&self) -> bool {
+        self.len != 0 && !self.flags.contains(Flags::SAME) && !self.flags.contains(Flags::WB)
+    }
+
     fn pack_info(&self) -> u64 {
         (self.len as u64 & LEN_MASK)
             | (u64::from(self.flags.0) << FLAGS_SHIFT)

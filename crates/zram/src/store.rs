@@ -184,12 +184,14 @@ impl Store {
             .ok_or_else(|| Error::InvalidArgument(format!("no algorithm of priority {prio}")))
     }
 
+    /// The priorities of the secondary algorithms, lowest first.
+    pub(crate) fn secondary_priorities(&self) -> impl Iterator<Item = u8> + '_ {
+        (1..=crate::slot::MAX_PRIORITY).filter(|&p| self.codecs[usize::from(p)].is_some())
+    }
+
     /// The highest priority with an algorithm (0 when there is no secondary one).
     pub(crate) fn top_priority(&self) -> u8 {
-        (0..self.codecs.len() as u8)
-            .rev()
-            .find(|&p| self.codecs[usize::from(p)].is_some())
-            .unwrap_or(0)
+        self.secondary_priorities().last().unwrap_or(0)
     }
 
     /// The backing store, if one is set.
@@ -208,6 +210,12 @@ impl Store {
 
     pub(crate) fn huge_class_size(&self) -> usize {
         self.huge_class_size
+    }
+
+    /// Is a compressed stream of `len` bytes worth storing for a slot of `slot_len` bytes
+    /// (else the slot is stored raw, huge)?
+    pub(crate) fn fits(&self, len: usize, slot_len: usize) -> bool {
+        len < slot_len - PAGE_SIZE + self.huge_class_size
     }
 
     /// Is inline deduplication on?
@@ -382,7 +390,7 @@ impl Store {
 
     /// The stored stream of the slot with entry `e` (from memory, or from the backing
     /// file) into `out`, `e.len` bytes.
-    fn stream_into(&self, index: usize, e: SlotEntry, out: &mut [u8]) -> Result<()> {
+    pub(crate) fn stream_into(&self, index: usize, e: SlotEntry, out: &mut [u8]) -> Result<()> {
         if !e.flags.contains(Flags::WB) {
             return crate::chain::read(&self.pool, Handle::from_raw(e.handle), out);
         }
@@ -432,7 +440,7 @@ impl Store {
         STREAM.with(|cell| {
             let mut buf = cell.borrow_mut();
             let comp_len = self.primary().with(|c| c.compress(data, &mut buf))??;
-            let huge = comp_len >= data.len() - PAGE_SIZE + self.huge_class_size;
+            let huge = !self.fits(comp_len, data.len());
             let stream = if huge { data } else { &buf[..comp_len] };
             let head = if self.dedup && stream.len() <= PAGE_SIZE {
                 let (head, shared) = self.alloc_dedup(stream)?;
@@ -476,15 +484,22 @@ impl Store {
             Counters::sub(&self.counters.same_pages, pages);
             Counters::sub(&self.counters.pages_stored, pages);
         } else if e.len != 0 {
-            crate::chain::free(&self.pool, Handle::from_raw(e.handle), e.len);
-            Counters::sub(&self.counters.compr_data_size, e.len as u64);
+            self.drop_stream(e, pages);
             Counters::sub(&self.counters.pages_stored, pages);
-            if e.flags.contains(Flags::HUGE) {
-                Counters::sub(&self.counters.huge_pages, pages);
-            }
         }
         if e != SlotEntry::default() {
             g.set(SlotEntry::default());
+        }
+    }
+
+    /// Lets go of the stream in memory of entry `e` (a slot of `pages` pages): its objects,
+    /// or its handles to shared ones; it leaves `compr_data_size` and `huge_pages`. The
+    /// caller gives the locked slot its new entry.
+    pub(crate) fn drop_stream(&self, e: SlotEntry, pages: u64) {
+        crate::chain::free(&self.pool, Handle::from_raw(e.handle), e.len);
+        Counters::sub(&self.counters.compr_data_size, e.len as u64);
+        if e.flags.contains(Flags::HUGE) {
+            Counters::sub(&self.counters.huge_pages, pages);
         }
     }
 

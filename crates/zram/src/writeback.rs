@@ -158,7 +158,7 @@ pub(crate) fn writeback(store: &Store, req: &WritebackRequest) -> Result<Writeba
     let backing = store.backing().ok_or(Error::NoBackingDev)?.clone();
     let _pp = store.post_processing()?;
     let candidates = select(store, &req.scans)?;
-    let batch_size = store.writeback_batch().max(1);
+    let batch_size = store.writeback_batch();
     let mut report = WritebackReport::default();
     let mut buf = Vec::new();
     let mut batch: Vec<Gathered> = Vec::new();
