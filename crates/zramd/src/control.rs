@@ -179,48 +179,24 @@ pub fn handle(registry: &Registry, request: &Request) -> Response {
             devices: registry.stats(),
             ..Response::default()
         },
-        Request::Compact { device: None } => Response {
-            ok: true,
-            pages_freed: Some(
-                registry
-                    .exports()
-                    .iter()
-                    .filter_map(|e| e.device.zram())
-                    .map(|z| z.compact())
-                    .sum(),
-            ),
-            ..Response::default()
-        },
-        Request::Compact { device: Some(name) } => match device(name).map(|d| d.zram()) {
-            Ok(Some(z)) => Response {
-                ok: true,
-                pages_freed: Some(z.compact()),
-                ..Response::default()
-            },
-            Ok(None) => Response::error(format!("{name} is not initialized")),
-            Err(e) => Response::error(e),
-        },
-        Request::Fold { device: None } => Response {
-            folded: registry
-                .exports()
-                .iter()
-                .filter_map(|e| e.device.zram().map(|z| (e, z)))
-                .map(|(e, z)| Folded {
-                    device: e.name.clone(),
-                    report: z.fold(),
-                })
-                .collect(),
-            ..Response::ok()
-        },
-        Request::Fold { device: Some(name) } => match device(name).map(|d| d.zram()) {
-            Ok(Some(z)) => Response {
-                folded: vec![Folded {
-                    device: name.clone(),
-                    report: z.fold(),
-                }],
+        Request::Compact { device: name } => match initialized(registry, name.as_deref()) {
+            Ok(zrams) => Response {
+                pages_freed: Some(zrams.iter().map(|(_, z)| z.compact()).sum()),
                 ..Response::ok()
             },
-            Ok(None) => Response::error(format!("{name} is not initialized")),
+            Err(e) => Response::error(e),
+        },
+        Request::Fold { device: name } => match initialized(registry, name.as_deref()) {
+            Ok(zrams) => Response {
+                folded: zrams
+                    .into_iter()
+                    .map(|(device, z)| Folded {
+                        device,
+                        report: z.fold(),
+                    })
+                    .collect(),
+                ..Response::ok()
+            },
             Err(e) => Response::error(e),
         },
         Request::Reset { device: name } => life_cycle(registry, name, Device::reset),
@@ -266,6 +242,26 @@ pub fn handle(registry: &Registry, request: &Request) -> Response {
             None => Response::error(format!("no device named {device:?}")),
             Some(d) => post_process(d, request)
                 .unwrap_or_else(|e| Response::error(format!("{device}: {e}"))),
+        },
+    }
+}
+
+/// The initialized devices `compact` and `fold` work on, by name: device `name` (an error
+/// when it is not initialized), or, without a name, every initialized one.
+fn initialized(
+    registry: &Registry,
+    name: Option<&str>,
+) -> Result<Vec<(String, Arc<zram::Zram>)>, String> {
+    match name {
+        None => Ok(registry
+            .exports()
+            .iter()
+            .filter_map(|e| e.device.zram().map(|z| (e.name.clone(), z)))
+            .collect()),
+        Some(name) => match registry.device(name).map(|d| d.zram()) {
+            None => Err(format!("no device named {name:?}")),
+            Some(None) => Err(format!("{name} is not initialized")),
+            Some(Some(z)) => Ok(vec![(name.to_owned(), z)]),
         },
     }
 }
