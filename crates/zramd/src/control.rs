@@ -268,18 +268,17 @@ fn initialized(
 
 /// `idle`, `writeback`, `recompress` and `policy` on device `d`.
 fn post_process(d: &Device, request: &Request) -> Result<Response, DeviceError> {
-    let zram = || d.zram().ok_or(DeviceError::NotInitialized);
     Ok(match request {
         Request::Idle { age, .. } => Response {
-            idle_marked: Some(zram()?.mark_idle(age.parse()?)),
+            idle_marked: Some(d.initialized_zram()?.mark_idle(age.parse()?)),
             ..Response::ok()
         },
         Request::Writeback { args, .. } => Response {
-            written_back: Some(zram()?.writeback(&args.parse()?)?),
+            written_back: Some(d.initialized_zram()?.writeback(&args.parse()?)?),
             ..Response::ok()
         },
         Request::Recompress { args, .. } => Response {
-            recompressed: Some(zram()?.recompress(&args.parse()?)?),
+            recompressed: Some(d.initialized_zram()?.recompress(&args.parse()?)?),
             ..Response::ok()
         },
         Request::Policy { words, .. } => {
