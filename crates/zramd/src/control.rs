@@ -179,48 +179,24 @@ pub fn handle(registry: &Registry, request: &Request) -> Response {
             devices: registry.stats(),
             ..Response::default()
         },
-        Request::Compact { device: None } => Response {
-            ok: true,
-            pages_freed: Some(
-                registry
-                    .exports()
-                    .iter()
-                    .filter_map(|e| e.device.zram())
-                    .map(|z| z.compact())
-                    .sum(),
-            ),
-            ..Response::default()
-        },
-        Request::Compact { device: Some(name) } => match device(name).map(|d| d.zram()) {
-            Ok(Some(z)) => Response {
-                ok: true,
-                pages_freed: Some(z.compact()),
-                ..Response::default()
-            },
-            Ok(None) => Response::error(format!("{name} is not initialized")),
-            Err(e) => Response::error(e),
-        },
-        Request::Fold { device: None } => Response {
-            folded: registry
-                .exports()
-                .iter()
-                .filter_map(|e| e.device.zram().map(|z| (e, z)))
-                .map(|(e, z)| Folded {
-                    device: e.name.clone(),
-                    report: z.fold(),
-                })
-                .collect(),
-            ..Response::ok()
-        },
-        Request::Fold { device: Some(name) } => match device(name).map(|d| d.zram()) {
-            Ok(Some(z)) => Response {
-                folded: vec![Folded {
-                    device: name.clone(),
-                    report: z.fold(),
-                }],
+        Request::Compact { device: name } => match initialized(registry, name.as_deref()) {
+            Ok(zrams) => Response {
+                pages_freed: Some(zrams.iter().map(|(_, z)| z.compact()).sum()),
                 ..Response::ok()
             },
-            Ok(None) => Response::error(format!("{name} is not initialized")),
+            Err(e) => Response::error(e),
+        },
+        Request::Fold { device: name } => match initialized(registry, name.as_deref()) {
+            Ok(zrams) => Response {
+                folded: zrams
+                    .into_iter()
+                    .map(|(device, z)| Folded {
+                        device,
+                        report: z.fold(),
+                    })
+                    .collect(),
+                ..Response::ok()
+            },
             Err(e) => Response::error(e),
         },
         Request::Reset { device: name } => life_cycle(registry, name, Device::reset),
@@ -270,20 +246,39 @@ pub fn handle(registry: &Registry, request: &Request) -> Response {
     }
 }
 
+/// The initialized devices `compact` and `fold` work on, by name: device `name` (an error
+/// when it is not initialized), or, without a name, every initialized one.
+fn initialized(
+    registry: &Registry,
+    name: Option<&str>,
+) -> Result<Vec<(String, Arc<zram::Zram>)>, String> {
+    match name {
+        None => Ok(registry
+            .exports()
+            .iter()
+            .filter_map(|e| e.device.zram().map(|z| (e.name.clone(), z)))
+            .collect()),
+        Some(name) => match registry.device(name).map(|d| d.zram()) {
+            None => Err(format!("no device named {name:?}")),
+            Some(None) => Err(format!("{name} is not initialized")),
+            Some(Some(z)) => Ok(vec![(name.to_owned(), z)]),
+        },
+    }
+}
+
 /// `idle`, `writeback`, `recompress` and `policy` on device `d`.
 fn post_process(d: &Device, request: &Request) -> Result<Response, DeviceError> {
-    let zram = || d.zram().ok_or(DeviceError::NotInitialized);
     Ok(match request {
         Request::Idle { age, .. } => Response {
-            idle_marked: Some(zram()?.mark_idle(age.parse()?)),
+            idle_marked: Some(d.initialized_zram()?.mark_idle(age.parse()?)),
             ..Response::ok()
         },
         Request::Writeback { args, .. } => Response {
-            written_back: Some(zram()?.writeback(&args.parse()?)?),
+            written_back: Some(d.initialized_zram()?.writeback(&args.parse()?)?),
             ..Response::ok()
         },
         Request::Recompress { args, .. } => Response {
-            recompressed: Some(zram()?.recompress(&args.parse()?)?),
+            recompressed: Some(d.initialized_zram()?.recompress(&args.parse()?)?),
             ..Response::ok()
         },
         Request::Policy { words, .. } => {

@@ -133,6 +133,12 @@ impl Device {
         self.zram.read().clone()
     }
 
+    /// The data, or [`DeviceError::NotInitialized`] (`EINVAL`, the kernel's answer to the
+    /// passes and triggers on an uninitialized device).
+    pub fn initialized_zram(&self) -> Result<Arc<Zram>, DeviceError> {
+        self.zram().ok_or(DeviceError::NotInitialized)
+    }
+
     /// Is it initialized?
     pub fn initialized(&self) -> bool {
         self.zram.read().is_some()

@@ -14,10 +14,10 @@
 use std::fmt::Write as _;
 use std::net::TcpListener;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 use crate::endpoint::{self, Endpoint, REQUEST_DEADLINE, Unanswered};
-use crate::export::{LATENCY_BUCKETS_US, Op};
+use crate::export::{LATENCY_BUCKETS_US, Op, OpStats};
 use crate::listen::Listener;
 use crate::registry::{DeviceStat, Registry};
 
@@ -205,76 +205,80 @@ const FOLD_FIGURES: [Figure; 7] = [
     ),
 ];
 
+/// A per-request counter: name (after `zramd_`), help, and which of the counters it is.
+type PerOp = (&'static str, &'static str, fn(&OpStats) -> &AtomicU64);
+
+/// A metric family's `HELP` and `TYPE` lines.
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP zramd_{name} {help}.");
+    let _ = writeln!(out, "# TYPE zramd_{name} {kind}");
+}
+
+/// A metric family with one sample per device.
+fn per_device(
+    out: &mut String,
+    stats: &[DeviceStat],
+    (name, kind, help, value): (&str, &str, &str, impl Fn(&DeviceStat) -> u64),
+) {
+    header(out, name, kind, help);
+    for d in stats {
+        let _ = writeln!(out, "zramd_{name}{{device=\"{}\"}} {}", d.name, value(d));
+    }
+}
+
 /// The exposition text for every device.
 pub fn render(registry: &Registry) -> String {
     let mut out = String::new();
     let stats = registry.stats();
     for (i, (name, help)) in MM_STAT_NAMES.iter().enumerate() {
-        let _ = writeln!(out, "# HELP zramd_{name} {help}.");
-        let _ = writeln!(out, "# TYPE zramd_{name} gauge");
-        for d in &stats {
-            let _ = writeln!(
-                out,
-                "zramd_{name}{{device=\"{}\"}} {}",
-                d.name, d.mm_stat_fields[i]
-            );
-        }
+        per_device(
+            &mut out,
+            &stats,
+            (name, "gauge", help, |d| d.mm_stat_fields[i]),
+        );
     }
     let io = ["failed_reads", "failed_writes", "notify_free"];
     for (i, name) in io.iter().enumerate() {
-        let _ = writeln!(out, "# HELP zramd_{name}_total From io_stat.");
-        let _ = writeln!(out, "# TYPE zramd_{name}_total counter");
-        for d in &stats {
-            let _ = writeln!(
-                out,
-                "zramd_{name}_total{{device=\"{}\"}} {}",
-                d.name, d.io_stat_fields[i]
-            );
+        let name = format!("{name}_total");
+        per_device(
+            &mut out,
+            &stats,
+            (&name, "counter", "From io_stat", |d| d.io_stat_fields[i]),
+        );
+    }
+    for figure in POST_FIGURES.into_iter().chain(FOLD_FIGURES) {
+        per_device(&mut out, &stats, figure);
+    }
+    let exports = registry.exports();
+    let per_op: [PerOp; 2] = [
+        ("request_errors_total", "Requests that failed", |s| {
+            &s.errors
+        }),
+        ("request_bytes_total", "Bytes covered by requests", |s| {
+            &s.bytes
+        }),
+    ];
+    for (name, help, counter) in per_op {
+        header(&mut out, name, "counter", help);
+        for e in exports.iter() {
+            for op in Op::ALL {
+                let value = counter(e.stats.op(op)).load(Relaxed);
+                let _ = writeln!(
+                    out,
+                    "zramd_{name}{{device=\"{}\",op=\"{}\"}} {value}",
+                    e.name,
+                    op.name()
+                );
+            }
         }
     }
-    for (name, kind, help, value) in POST_FIGURES.into_iter().chain(FOLD_FIGURES) {
-        let _ = writeln!(out, "# HELP zramd_{name} {help}.");
-        let _ = writeln!(out, "# TYPE zramd_{name} {kind}");
-        for d in &stats {
-            let _ = writeln!(out, "zramd_{name}{{device=\"{}\"}} {}", d.name, value(d));
-        }
-    }
-    let _ = writeln!(
-        out,
-        "# HELP zramd_request_errors_total Requests that failed."
+    header(
+        &mut out,
+        "request_latency_seconds",
+        "histogram",
+        "Request latency",
     );
-    let _ = writeln!(out, "# TYPE zramd_request_errors_total counter");
-    for e in registry.exports().iter() {
-        for op in Op::ALL {
-            let s = e.stats.op(op);
-            let _ = writeln!(
-                out,
-                "zramd_request_errors_total{{device=\"{}\",op=\"{}\"}} {}",
-                e.name,
-                op.name(),
-                s.errors.load(Relaxed)
-            );
-        }
-    }
-    let _ = writeln!(
-        out,
-        "# HELP zramd_request_bytes_total Bytes covered by requests."
-    );
-    let _ = writeln!(out, "# TYPE zramd_request_bytes_total counter");
-    for e in registry.exports().iter() {
-        for op in Op::ALL {
-            let _ = writeln!(
-                out,
-                "zramd_request_bytes_total{{device=\"{}\",op=\"{}\"}} {}",
-                e.name,
-                op.name(),
-                e.stats.op(op).bytes.load(Relaxed)
-            );
-        }
-    }
-    let _ = writeln!(out, "# HELP zramd_request_latency_seconds Request latency.");
-    let _ = writeln!(out, "# TYPE zramd_request_latency_seconds histogram");
-    for e in registry.exports().iter() {
+    for e in exports.iter() {
         for op in Op::ALL {
             let s = e.stats.op(op);
             let labels = format!("device=\"{}\",op=\"{}\"", e.name, op.name());

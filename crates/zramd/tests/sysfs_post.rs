@@ -17,6 +17,13 @@ fn device() -> Device {
     Device::new("zram0", ZramConfig::default())
 }
 
+/// Every one of `values` written to `attr` is refused with `errno`.
+fn refused(d: &Device, attr: &str, errno: i32, values: &[&str]) {
+    for bad in values {
+        assert_eq!(write(d, attr, bad.as_bytes()), Err(errno), "{attr} {bad:?}");
+    }
+}
+
 fn mm_field(d: &Device, i: usize) -> u64 {
     read(d, "mm_stat")
         .unwrap()
@@ -31,13 +38,12 @@ fn mm_field(d: &Device, i: usize) -> u64 {
 fn backing_dev_is_a_setting_taken_while_uninitialized() {
     let d = device();
     assert_eq!(read(&d, "backing_dev").unwrap(), "none\n");
-    for bad in ["", "\n", "relative/file", "file\n"] {
-        assert_eq!(
-            write(&d, "backing_dev", bad.as_bytes()),
-            Err(libc::EINVAL),
-            "{bad:?}"
-        );
-    }
+    refused(
+        &d,
+        "backing_dev",
+        libc::EINVAL,
+        &["", "\n", "relative/file", "file\n"],
+    );
     write(&d, "backing_dev", b"/var/tmp/zram-backing\n").unwrap();
     assert_eq!(read(&d, "backing_dev").unwrap(), "/var/tmp/zram-backing\n");
     assert_eq!(
@@ -82,13 +88,12 @@ fn idle_and_writeback_answer_as_the_kernels() {
     z.write(0, &prose(1)).unwrap();
     z.write(4096, &[0u8; 4096]).unwrap();
     z.write(8192, &prose(2)).unwrap();
-    for bad in ["", "soon", "-1", "1.5", "all please"] {
-        assert_eq!(
-            write(&d, "idle", bad.as_bytes()),
-            Err(libc::EINVAL),
-            "{bad:?}"
-        );
-    }
+    refused(
+        &d,
+        "idle",
+        libc::EINVAL,
+        &["", "soon", "-1", "1.5", "all please"],
+    );
     let flags = |d: &Device| -> Vec<String> {
         read(d, "block_state")
             .unwrap()
@@ -115,13 +120,12 @@ fn idle_and_writeback_answer_as_the_kernels() {
     assert_eq!(first.len(), 3, "index, access time, flags: {state}");
     assert_eq!(first[0], "0");
     // No backing device: the kernel checks it before the words.
-    for any in ["idle", "huge", "page_index=0", "cold", ""] {
-        assert_eq!(
-            write(&d, "writeback", any.as_bytes()),
-            Err(libc::ENODEV),
-            "{any:?}"
-        );
-    }
+    refused(
+        &d,
+        "writeback",
+        libc::ENODEV,
+        &["idle", "huge", "page_index=0", "cold", ""],
+    );
     assert_eq!(read(&d, "bd_stat").unwrap(), "       0        0        0\n");
 }
 
@@ -136,13 +140,12 @@ fn writeback_limits_and_batch_size() {
         Err(libc::EINVAL),
         "uninitialized"
     );
-    for bad in ["0", "x", "", "-1", "4294967296"] {
-        assert_eq!(
-            write(&d, "writeback_batch_size", bad.as_bytes()),
-            Err(libc::EINVAL),
-            "{bad:?}"
-        );
-    }
+    refused(
+        &d,
+        "writeback_batch_size",
+        libc::EINVAL,
+        &["0", "x", "", "-1", "4294967296"],
+    );
     write(&d, "writeback_batch_size", b"8\n").unwrap();
     assert_eq!(read(&d, "writeback_batch_size").unwrap(), "8\n");
     write(&d, "disksize", b"1M").unwrap();
@@ -160,17 +163,8 @@ fn writeback_limits_and_batch_size() {
         ),
         (4, "4\n")
     );
-    for bad in ["x", "", "-1", "1 2"] {
-        assert_eq!(
-            write(&d, "writeback_limit", bad.as_bytes()),
-            Err(libc::EINVAL),
-            "{bad:?}"
-        );
-        assert_eq!(
-            write(&d, "writeback_limit_enable", bad.as_bytes()),
-            Err(libc::EINVAL),
-            "{bad:?}"
-        );
+    for attr in ["writeback_limit", "writeback_limit_enable"] {
+        refused(&d, attr, libc::EINVAL, &["x", "", "-1", "1 2"]);
     }
     write(&d, "writeback_limit_enable", b"1\n").unwrap();
     assert!(z.writeback_limit_enabled());
@@ -186,22 +180,21 @@ fn writeback_limits_and_batch_size() {
 fn recomp_algorithm_and_its_params_are_settings() {
     let d = device();
     assert_eq!(read(&d, "recomp_algorithm").unwrap(), "");
-    for bad in [
-        "",
-        "algo=gzip",
-        "priority=1",
-        "algo=zstd priority=0",
-        "algo=zstd priority=4",
-        "algo=zstd priority=x",
-        "algo=zstd colour=blue",
-        "algo= priority=1",
-    ] {
-        assert_eq!(
-            write(&d, "recomp_algorithm", bad.as_bytes()),
-            Err(libc::EINVAL),
-            "{bad:?}"
-        );
-    }
+    refused(
+        &d,
+        "recomp_algorithm",
+        libc::EINVAL,
+        &[
+            "",
+            "algo=gzip",
+            "priority=1",
+            "algo=zstd priority=0",
+            "algo=zstd priority=4",
+            "algo=zstd priority=x",
+            "algo=zstd colour=blue",
+            "algo= priority=1",
+        ],
+    );
     write(&d, "recomp_algorithm", b"algo=zstd\n").unwrap();
     assert_eq!(
         read(&d, "recomp_algorithm").unwrap(),
@@ -222,18 +215,17 @@ fn recomp_algorithm_and_its_params_are_settings() {
     assert_eq!(d.settings().params.level, None, "the primary's are its own");
     write(&d, "algorithm_params", b"priority=0 level=1").unwrap();
     assert_eq!(d.settings().params.level, Some(1));
-    for bad in [
-        "priority=4 level=1",
-        "priority=-1 level=1",
-        "algo=deflate level=1",
-        "priority=1 algo=lzo level=1",
-    ] {
-        assert_eq!(
-            write(&d, "algorithm_params", bad.as_bytes()),
-            Err(libc::EINVAL),
-            "{bad:?}"
-        );
-    }
+    refused(
+        &d,
+        "algorithm_params",
+        libc::EINVAL,
+        &[
+            "priority=4 level=1",
+            "priority=-1 level=1",
+            "algo=deflate level=1",
+            "priority=1 algo=lzo level=1",
+        ],
+    );
     // Rewriting the same algorithm keeps its parameters; another one starts afresh.
     write(&d, "recomp_algorithm", b"algo=zstd priority=1").unwrap();
     assert_eq!(d.settings().recomp_algorithm[0].params.level, Some(12));
@@ -289,20 +281,19 @@ fn recompress_end_to_end() {
     for (i, p) in pages.iter().enumerate() {
         z.write(i as u64 * 4096, p).unwrap();
     }
-    for bad in [
-        "type=all",
-        "colour=blue",
-        "priority=4",
-        "threshold=x",
-        "idle",
-        "algo=gzip",
-    ] {
-        assert_eq!(
-            write(&d, "recompress", bad.as_bytes()),
-            Err(libc::EINVAL),
-            "{bad:?}"
-        );
-    }
+    refused(
+        &d,
+        "recompress",
+        libc::EINVAL,
+        &[
+            "type=all",
+            "colour=blue",
+            "priority=4",
+            "threshold=x",
+            "idle",
+            "algo=gzip",
+        ],
+    );
     assert_eq!(
         write(&d, "recompress", b"priority=2"),
         Err(libc::EINVAL),
@@ -341,13 +332,12 @@ fn policy_reads_and_takes_words() {
         read(&d, "policy_stat").unwrap(),
         "       0        0        0        0        0        0        0\nno round yet\n"
     );
-    for bad in ["cold=1", "interval=x", "enabled=2", "recompress_priority=4"] {
-        assert_eq!(
-            write(&d, "policy", bad.as_bytes()),
-            Err(libc::EINVAL),
-            "{bad:?}"
-        );
-    }
+    refused(
+        &d,
+        "policy",
+        libc::EINVAL,
+        &["cold=1", "interval=x", "enabled=2", "recompress_priority=4"],
+    );
     assert_eq!(
         write(&d, "policy", b"run"),
         Err(libc::EINVAL),

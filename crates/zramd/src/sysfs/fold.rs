@@ -49,13 +49,9 @@ pub(super) fn store(dev: &Device, name: &str, value: &[u8]) -> Result<(), Device
     match name {
         // As the kernel's compact_store (and seed 004's fold_store): nothing of what was
         // written is read.
-        "fold" => match dev.zram() {
-            Some(z) => {
-                z.fold();
-                Ok(())
-            }
-            None => Err(DeviceError::NotInitialized),
-        },
+        "fold" => dev.initialized_zram().map(|z| {
+            z.fold();
+        }),
         "dedup" => {
             let on = kstrtoull(value, u64::MAX).map_err(|_| invalid("dedup", value))? != 0;
             dev.update_settings(|s| {

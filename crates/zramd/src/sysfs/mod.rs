@@ -220,13 +220,9 @@ fn store(dev: &Device, name: &str, value: &[u8]) -> Result<(), DeviceError> {
             _ => Err(invalid("mem_used_max", value)),
         },
         // The kernel's compact_store reads nothing of what was written.
-        "compact" => match dev.zram() {
-            Some(z) => {
-                z.compact();
-                Ok(())
-            }
-            None => Err(DeviceError::NotInitialized),
-        },
+        "compact" => dev.initialized_zram().map(|z| {
+            z.compact();
+        }),
         "fold" | "dedup" => fold::store(dev, name, value),
         _ => post::store(dev, name, value),
     }

@@ -19,10 +19,9 @@
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::Path;
-use std::sync::Arc;
 
 use zram::stats::BdStat;
-use zram::{IdleRequest, PolicyStats, RecompressRequest, WritebackRequest, Zram};
+use zram::{IdleRequest, PolicyStats, RecompressRequest, WritebackRequest};
 
 use super::{invalid, kstrtoull};
 use crate::device::{Device, DeviceError};
@@ -74,11 +73,6 @@ pub fn format_policy_stat(s: &PolicyStats) -> String {
     )
 }
 
-/// The initialized device, else `EINVAL` (the kernel's answer for these files).
-fn initialized(dev: &Device) -> Result<Arc<Zram>, DeviceError> {
-    dev.zram().ok_or(DeviceError::NotInitialized)
-}
-
 /// The value as text (`EINVAL` when it is not UTF-8).
 fn text<'a>(attr: &'static str, value: &'a [u8]) -> Result<&'a str, DeviceError> {
     std::str::from_utf8(value).map_err(|_| invalid(attr, value))
@@ -95,11 +89,11 @@ pub(super) fn store(dev: &Device, name: &str, value: &[u8]) -> Result<(), Device
         "backing_dev" => store_backing_dev(dev, value),
         "idle" => {
             let req: IdleRequest = text("idle", value)?.parse()?;
-            initialized(dev)?.mark_idle(req);
+            dev.initialized_zram()?.mark_idle(req);
             Ok(())
         }
         "writeback" => {
-            let zram = initialized(dev)?;
+            let zram = dev.initialized_zram()?;
             if zram.backing_dev().is_none() {
                 return Err(zram::Error::NoBackingDev.into());
             }
@@ -109,17 +103,17 @@ pub(super) fn store(dev: &Device, name: &str, value: &[u8]) -> Result<(), Device
         }
         "recompress" => {
             let req: RecompressRequest = text("recompress", value)?.parse()?;
-            initialized(dev)?.recompress(&req)?;
+            dev.initialized_zram()?.recompress(&req)?;
             Ok(())
         }
         "writeback_limit_enable" => {
             let on = number("writeback_limit_enable", value, u64::MAX)? != 0;
-            initialized(dev)?.set_writeback_limit_enable(on);
+            dev.initialized_zram()?.set_writeback_limit_enable(on);
             Ok(())
         }
         "writeback_limit" => {
             let pages = number("writeback_limit", value, u64::MAX)?;
-            initialized(dev)?.set_writeback_limit(pages);
+            dev.initialized_zram()?.set_writeback_limit(pages);
             Ok(())
         }
         "writeback_batch_size" => match number("writeback_batch_size", value, u32::MAX.into())? {
