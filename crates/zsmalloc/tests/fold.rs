@@ -23,6 +23,15 @@ fn content(kind: usize, len: usize) -> Vec<u8> {
     v
 }
 
+/// Frees every handle of `handles`: the pool is left valid and empty.
+fn free_all(pool: &Pool, handles: impl IntoIterator<Item = Handle>) {
+    for h in handles {
+        pool.free(h).unwrap();
+    }
+    pool.check_invariants().unwrap();
+    assert_eq!(pool.total_pages(), 0);
+}
+
 fn check_all(pool: &Pool, objs: &[(Handle, Vec<u8>)]) {
     for (h, data) in objs {
         let mut got = vec![0u8; data.len()];
@@ -102,11 +111,7 @@ fn fold_keeps_one_object_per_content_and_frees_pages() {
         assert_eq!(again.pages_freed, 0);
         assert_eq!(pool.pages_folded(), report.pages_freed);
 
-        for (h, _) in objs {
-            pool.free(h).unwrap();
-        }
-        pool.check_invariants().unwrap();
-        assert_eq!(pool.total_pages(), 0);
+        free_all(&pool, objs.into_iter().map(|(h, _)| h));
     }
 }
 
@@ -132,10 +137,7 @@ fn never_written_objects_are_not_folded() {
         }
         assert_eq!(pool.refs(written[0]).unwrap(), 3);
         pool.check_invariants().unwrap();
-        for h in fresh.into_iter().chain(written) {
-            pool.free(h).unwrap();
-        }
-        assert_eq!(pool.total_pages(), 0);
+        free_all(&pool, fresh.into_iter().chain(written));
     }
 }
 
@@ -186,11 +188,10 @@ fn fold_joins_existing_shared_and_indexed_objects() {
         assert_eq!(pool.refs(third).unwrap(), 3);
         assert_eq!(pool.share_stats().index_entries, 1);
         pool.check_invariants().unwrap();
-        for h in copies.into_iter().chain([a, a2, plain, indexed, third]) {
-            pool.free(h).unwrap();
-        }
-        pool.check_invariants().unwrap();
-        assert_eq!(pool.total_pages(), 0);
+        free_all(
+            &pool,
+            copies.into_iter().chain([a, a2, plain, indexed, third]),
+        );
     }
 }
 
@@ -242,11 +243,7 @@ fn fold_keeps_one_object_per_content_across_shards() {
         assert_eq!((s.shared_objects, s.extra_handles), (40, 440));
         assert_eq!(pool.fold().objects_folded, 0);
         // Handles go in any order, from any shard.
-        for (h, _) in objs.into_iter().rev() {
-            pool.free(h).unwrap();
-        }
-        pool.check_invariants().unwrap();
-        assert_eq!(pool.total_pages(), 0);
+        free_all(&pool, objs.into_iter().rev().map(|(h, _)| h));
     }
 }
 
@@ -303,10 +300,9 @@ fn fold_across_shards_joins_anchors_and_indexed_objects_but_never_two_anchors() 
             pool.free(h).unwrap();
         }
         pool.check_invariants().unwrap();
-        for h in plain.into_iter().chain([a0, a0b, a1, a1b, kept, indexed]) {
-            pool.free(h).unwrap();
-        }
-        pool.check_invariants().unwrap();
-        assert_eq!(pool.total_pages(), 0);
+        free_all(
+            &pool,
+            plain.into_iter().chain([a0, a0b, a1, a1b, kept, indexed]),
+        );
     }
 }

@@ -8,12 +8,15 @@
 mod layouts;
 #[path = "common/pool.rs"]
 mod pool;
+#[path = "common/random.rs"]
+mod random;
 
 use layouts::layouts;
 use pool::pool;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
+use random::random_object;
 use zsmalloc::Handle;
 
 #[test]
@@ -25,13 +28,7 @@ fn compaction_moves_shared_objects_once_and_every_handle_follows() {
         let size = 900;
         let class = *pool.lookup_class(size).unwrap();
         let mut objs: Vec<(Handle, Vec<u8>)> = (0..2000)
-            .map(|_| {
-                let h = pool.malloc(size).unwrap();
-                let mut data = vec![0u8; size];
-                rng.fill(&mut data[..]);
-                pool.write(h, &data).unwrap();
-                (h, data)
-            })
+            .map(|_| random_object(&pool, &mut rng, size))
             .collect();
         objs.shuffle(&mut rng);
         // Free three quarters; share every survivor 1..=3 times.
