@@ -62,8 +62,9 @@ pub(crate) struct ShardInner {
     /// Objects all the zspages hold, and their pages (short zspages hold fewer).
     pub capacity: usize,
     pub pages: usize,
-    /// Bumped by every change of which entries locate which objects (malloc, free,
-    /// sharing, folding): compaction keeps its object index across lock holds while
+    /// Bumped by every change of which entries locate which objects (malloc, free of a
+    /// located entry, making an object shared, folding, migration; not issuing or freeing an
+    /// alias, which locates nothing): compaction keeps its object index across lock holds while
     /// nothing else changed the shard.
     pub epoch: u64,
 }

@@ -114,9 +114,9 @@ impl ShardInner {
             shard: pos,
             entry: anchor,
         };
+        // An alias locates nothing: compaction's object index (`epoch`) is not affected.
         let issued = self.handles.alloc_slot(Slot::Alias(here))?;
         self.anchor_mut(anchor).refs += 1;
-        self.epoch += 1;
         Some(issued)
     }
 
@@ -146,7 +146,6 @@ impl ShardInner {
         let count = self.anchor_mut(anchor);
         count.refs -= 1;
         if count.refs > 0 {
-            self.epoch += 1;
             return (false, None);
         }
         self.sharing.anchors.remove(&anchor);
@@ -226,7 +225,6 @@ impl Pool {
                 // The alias first, under its shard's lock; then the reference, under the
                 // anchor's (one lock at a time: the reference keeps the anchor meanwhile).
                 inner.handles.free(entry, generation);
-                inner.epoch += 1;
                 drop(inner);
                 let home = self.shards.get(anchor.shard).ok_or_else(stale)?;
                 inner = home.inner.lock();
