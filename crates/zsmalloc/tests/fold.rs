@@ -5,15 +5,21 @@
 //! take part. Copies in different shards of a class are folded too. In both layouts: the
 //! zram device's and the seed kernel's (headers).
 
+#[path = "common/dedup_in.rs"]
+mod dedup_in;
 #[path = "common/layouts.rs"]
 mod layouts;
 #[path = "common/pool.rs"]
 mod pool;
+#[path = "common/store_in.rs"]
+mod store_in;
 
 use std::collections::HashMap;
 
+use dedup_in::dedup_in;
 use layouts::layouts;
 use pool::pool;
+use store_in::store_in;
 use zsmalloc::{Error, Handle, Pool};
 
 /// Content `kind` of `len` bytes.
@@ -195,15 +201,6 @@ fn fold_joins_existing_shared_and_indexed_objects() {
     }
 }
 
-/// Stores `data` in shard `shard` of a sharded pool.
-fn store_in(pool: &Pool, shard: usize, data: &[u8]) -> Handle {
-    zsmalloc::pin_malloc_shard(Some(shard));
-    let h = pool.malloc(data.len()).unwrap();
-    pool.write(h, data).unwrap();
-    zsmalloc::pin_malloc_shard(None);
-    h
-}
-
 #[test]
 fn fold_keeps_one_object_per_content_across_shards() {
     for config in layouts() {
@@ -280,9 +277,7 @@ fn fold_across_shards_joins_anchors_and_indexed_objects_but_never_two_anchors() 
         // the object kept, so malloc_dedup still finds it, from either shard.
         let other = content(6, 700);
         let kept = store_in(&pool, 0, &other);
-        zsmalloc::pin_malloc_shard(Some(1));
-        let (indexed, shared) = pool.malloc_dedup(&other).unwrap();
-        zsmalloc::pin_malloc_shard(None);
+        let (indexed, shared) = dedup_in(&pool, 1, &other);
         assert!(!shared, "plain objects are not in the index");
         assert_eq!(pool.fold().objects_folded, 1);
         pool.check_invariants().unwrap();
@@ -292,9 +287,7 @@ fn fold_across_shards_joins_anchors_and_indexed_objects_but_never_two_anchors() 
         );
         assert_eq!(pool.share_stats().index_entries, 1);
         for s in [0, 1] {
-            zsmalloc::pin_malloc_shard(Some(s));
-            let (h, shared) = pool.malloc_dedup(&other).unwrap();
-            zsmalloc::pin_malloc_shard(None);
+            let (h, shared) = dedup_in(&pool, s, &other);
             assert!(shared, "the index names the object kept");
             assert_eq!(pool.object_id(h).unwrap(), pool.object_id(kept).unwrap());
             pool.free(h).unwrap();

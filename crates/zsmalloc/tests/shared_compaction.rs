@@ -10,6 +10,8 @@ mod layouts;
 mod pool;
 #[path = "common/random.rs"]
 mod random;
+#[path = "common/store_in.rs"]
+mod store_in;
 
 use layouts::layouts;
 use pool::pool;
@@ -17,6 +19,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use random::random_object;
+use store_in::store_in;
 use zsmalloc::Handle;
 
 #[test]
@@ -110,18 +113,11 @@ fn compaction_moves_objects_whose_handles_are_in_another_shard() {
                 data
             })
             .collect();
-        let store = |shard: usize, data: &[u8]| {
-            zsmalloc::pin_malloc_shard(Some(shard));
-            let h = pool.malloc(data.len()).unwrap();
-            pool.write(h, data).unwrap();
-            zsmalloc::pin_malloc_shard(None);
-            h
-        };
         // Every content in shard 0; every fourth one copied into shard 1.
-        let originals: Vec<Handle> = contents.iter().map(|d| store(0, d)).collect();
+        let originals: Vec<Handle> = contents.iter().map(|d| store_in(&pool, 0, d)).collect();
         let copies: Vec<(Handle, usize)> = (0..contents.len())
             .step_by(4)
-            .map(|i| (store(1, &contents[i]), i))
+            .map(|i| (store_in(&pool, 1, &contents[i]), i))
             .collect();
         let report = pool.fold();
         assert_eq!(report.objects_folded, copies.len() as u64);
