@@ -48,12 +48,22 @@ impl Pool {
         handle: Handle,
         f: impl FnOnce(usize, &ClassShard, &mut ShardInner, Target) -> R,
     ) -> Result<R> {
+        let decoded = self.shard_of(handle)?;
+        self.with_decoded_target(handle, decoded, f)
+    }
+
+    /// [`Pool::with_target`] for a handle [`Pool::shard_of`] decoded already.
+    fn with_decoded_target<'a, R>(
+        &'a self,
+        handle: Handle,
+        (pos, shard, entry, generation): (usize, &'a ClassShard, u32, u64),
+        f: impl FnOnce(usize, &ClassShard, &mut ShardInner, Target) -> R,
+    ) -> Result<R> {
         let stale = || Error::StaleHandle(handle);
-        let (pos, shard, entry, generation) = self.shard_of(handle)?;
         let mut inner = shard.inner.lock();
         let anchor = match inner.resolve(pos, entry, generation).ok_or_else(stale)? {
-            Resolved::Direct(loc, flags) => {
-                let target = Target::Direct { entry, loc, flags };
+            Resolved::Direct(loc, _) => {
+                let target = Target::Direct { entry, loc };
                 return Ok(f(pos, shard, &mut inner, target));
             }
             Resolved::Alias { anchor, loc } => {
@@ -79,18 +89,18 @@ impl Pool {
         check_size(size)?;
         let class_pos = self.table.position_for(size);
         let (pos, shard, inner) = self.shards.lock_for_malloc(class_pos);
-        let (handle, _, _) = self.malloc_in(pos, shard, inner)?;
+        let (handle, _, _, _) = self.malloc_in(pos, shard, inner)?;
         Ok(handle)
     }
 
     /// Allocates an object in class shard `pos`, whose lock `inner` is; returns its handle,
-    /// its place and the lock, which it let go of and took again if it needed new pages.
+    /// its entry, its place and the lock, which it let go of and took again if it needed new pages.
     pub(crate) fn malloc_in<'a>(
         &'a self,
         pos: usize,
         shard: &'a ClassShard,
         mut inner: MutexGuard<'a, ShardInner>,
-    ) -> Result<(Handle, Location, MutexGuard<'a, ShardInner>)> {
+    ) -> Result<(Handle, u32, Location, MutexGuard<'a, ShardInner>)> {
         let geom = shard.geom;
         let huge = geom.is_huge();
         let id = match inner.fullest_with_room(None) {
@@ -127,7 +137,7 @@ impl Pool {
             );
         }
         inner.fix_group(id);
-        Ok((handle, loc, inner))
+        Ok((handle, entry, loc, inner))
     }
 
     /// Stores `data` at the start of the object and zero-fills the rest of its capacity
@@ -160,9 +170,7 @@ impl Pool {
                     // Its bytes change: out of the content index first, by its old hash.
                     inner.unindex(&geom, entry);
                 }
-                let object = inner.object_mut(&geom, loc);
-                object[..data.len()].copy_from_slice(data);
-                object[data.len()..].fill(0);
+                inner.store_object(&geom, loc, data);
                 inner.handles.set_flag(entry, Flags::WRITTEN, foldable);
                 Ok(())
             }
@@ -180,10 +188,10 @@ impl Pool {
         len: usize,
         f: impl FnOnce(&[u8]) -> R,
     ) -> Result<R> {
-        let (_, shard, _, _) = self.shard_of(handle)?;
-        check_len(&shard.geom, len)?;
+        let decoded = self.shard_of(handle)?;
+        check_len(&decoded.1.geom, len)?;
         // Every shard of a class has the class's geometry.
-        self.with_target(handle, |_, home, inner, target| {
+        self.with_decoded_target(handle, decoded, |_, home, inner, target| {
             f(&inner.object(&home.geom, target.location())[..len])
         })
     }

@@ -49,7 +49,8 @@ impl Pool {
         let mut done = false;
         // The object index: one pass over the handle table, kept across lock holds while
         // nothing else changed which entries locate which objects (`epoch`: every malloc,
-        // free, sharing step and migration bumps it; this compaction follows its own).
+        // free of an object, new anchor, fold and migration bumps it; this compaction
+        // follows its own).
         let mut index: Option<(u64, ObjectIndex)> = None;
         while !done {
             {

@@ -79,12 +79,12 @@ pub struct ShareStats {
 }
 
 /// Table entries hashed per hold of a shard lock (scan phase).
-pub const SCAN_BATCH: usize = 1024;
+const SCAN_BATCH: usize = 1024;
 /// Candidates checked per hold of a shard lock (fold phase).
-pub const FOLD_BATCH: usize = 1024;
+const FOLD_BATCH: usize = 1024;
 /// Different contents kept per content hash: with a real hash one is plenty; the bound
 /// keeps a run of colliding hashes linear.
-pub const MAX_KEEPERS: usize = 8;
+const MAX_KEEPERS: usize = 8;
 
 /// An object the scan hashed.
 #[derive(Debug, Clone, Copy)]
@@ -428,15 +428,9 @@ fn fold_local(
 ) -> Option<Option<PageRun>> {
     let anchor = inner.anchor_of(pos, geom, keeper.entry)?;
     (keeper.entry, keeper.generation) = (anchor, inner.handles.generation(anchor));
-    if flags.has(Flags::INDEXED) {
-        // The anchor has the same bytes, so the same key: it takes the candidate's place.
-        let hash = content_hash(inner.object(geom, loc));
-        if let Some(owner) = inner.sharing.index.get_mut(&hash)
-            && *owner == entry
-        {
-            *owner = anchor;
-            inner.handles.set_flag(anchor, Flags::INDEXED, true);
-        }
+    // The anchor has the same bytes, so the same key: it takes the candidate's place.
+    if flags.has(Flags::INDEXED) && inner.reindex(geom, loc, entry, anchor) {
+        inner.handles.set_flag(anchor, Flags::INDEXED, true);
     }
     inner.handles.set(
         entry,

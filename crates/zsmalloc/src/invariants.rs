@@ -205,8 +205,9 @@ fn check_sharing(
 ) -> Result<(), String> {
     let class = g.index;
     let sharing = &inner.sharing;
-    let mut indexed = 0;
+    let (mut indexed, mut flagged) = (0, 0);
     for (entry, _, loc, flags) in inner.handles.iter_located() {
+        flagged += usize::from(flags.has(Flags::ANCHOR));
         if flags.has(Flags::ANCHOR) != sharing.anchors.contains_key(&entry) {
             return Err(format!(
                 "class {class}: entry {entry}: anchor flag and reference counts disagree"
@@ -263,11 +264,6 @@ fn check_sharing(
     }
     // Every anchor counted is a live located entry flagged as one (checked above from the
     // entries' side; the counts' side: as many anchors flagged as counted).
-    let flagged = inner
-        .handles
-        .iter_located()
-        .filter(|(_, _, _, f)| f.has(Flags::ANCHOR))
-        .count();
     if flagged != sharing.anchors.len() {
         return Err(format!(
             "class {class}: {} reference counts but {flagged} anchors",

@@ -62,8 +62,9 @@ pub(crate) struct ShardInner {
     /// Objects all the zspages hold, and their pages (short zspages hold fewer).
     pub capacity: usize,
     pub pages: usize,
-    /// Bumped by every change of which entries locate which objects (malloc, free,
-    /// sharing, folding): compaction keeps its object index across lock holds while
+    /// Bumped by every change of which entries locate which objects (malloc, free of a
+    /// located entry, making an object shared, folding, migration; not issuing or freeing an
+    /// alias, which locates nothing): compaction keeps its object index across lock holds while
     /// nothing else changed the shard.
     pub epoch: u64,
 }
@@ -217,11 +218,8 @@ impl ShardInner {
     #[inline]
     pub fn anchor_location(&self, entry: u32) -> Option<Location> {
         match self.handles.live_slot(entry)? {
-            Slot::Located(loc, flags)
-                if flags.has(Flags::ANCHOR) && self.sharing.anchors.contains_key(&entry) =>
-            {
-                Some(loc)
-            }
+            // An entry is an anchor exactly when it has a count (`check_invariants`).
+            Slot::Located(loc, flags) if flags.has(Flags::ANCHOR) => Some(loc),
             _ => None,
         }
     }
@@ -233,11 +231,14 @@ impl ShardInner {
         &self.meta(loc.zspage).run.bytes()[off..off + geom.capacity()]
     }
 
-    /// The capacity bytes of the object at `loc`, to write.
+    /// Stores `data` at the start of the object at `loc` and zero-fills the rest of its
+    /// capacity, so equal capacities mean equal reads (what folding and dedup compare).
     #[inline]
-    pub fn object_mut(&mut self, geom: &ClassGeometry, loc: Location) -> &mut [u8] {
+    pub fn store_object(&mut self, geom: &ClassGeometry, loc: Location, data: &[u8]) {
         let off = loc.obj as usize * geom.size + geom.header;
-        &mut self.meta_mut(loc.zspage).run.bytes_mut()[off..off + geom.capacity()]
+        let object = &mut self.meta_mut(loc.zspage).run.bytes_mut()[off..off + geom.capacity()];
+        object[..data.len()].copy_from_slice(data);
+        object[data.len()..].fill(0);
     }
 
     /// Gives the object slot at `loc` back to its zspage (whose entry is already gone); a
@@ -271,12 +272,8 @@ pub(crate) enum Resolved {
 /// own, or its anchor's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Target {
-    /// An object only this handle names: the handle's entry, the object's place and flags.
-    Direct {
-        entry: u32,
-        loc: Location,
-        flags: Flags,
-    },
+    /// An object only this handle names: the handle's entry and the object's place.
+    Direct { entry: u32, loc: Location },
     /// A shared object: its anchor entry and its place.
     Anchor { entry: u32, loc: Location },
 }
@@ -333,7 +330,7 @@ impl Shards {
     }
 
     /// Every shard, in position order.
-    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &ClassShard> + ExactSizeIterator {
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &ClassShard> {
         self.all.iter().map(|s| &**s)
     }
 

@@ -43,7 +43,7 @@ use std::collections::hash_map::Entry;
 use crate::class::ClassGeometry;
 use crate::error::{Error, Result};
 use crate::fold::ShareStats;
-use crate::handle::{AnchorRef, Flags, Handle, Slot};
+use crate::handle::{AnchorRef, Flags, Handle, Location, Slot};
 use crate::pool::{Pool, check_size};
 use crate::shard::{Resolved, ShardInner, Target};
 use crate::sharing::{Anchor, content_hash};
@@ -87,15 +87,24 @@ impl ShardInner {
         );
         self.sharing.anchors.insert(anchor, Anchor { refs: 1, id });
         if flags.has(Flags::INDEXED) {
-            let hash = content_hash(self.object(geom, loc));
-            if let Some(owner) = self.sharing.index.get_mut(&hash)
-                && *owner == entry
-            {
-                *owner = anchor;
-            }
+            self.reindex(geom, loc, entry, anchor);
         }
         self.epoch += 1;
         Some(anchor)
+    }
+
+    /// Hands the content-index slot of the bytes of the object at `loc` from the entry
+    /// `from` to `to` (an entry locating the same bytes, so the same key), if `from` holds
+    /// it; returns whether it did. The caller sees to the entries' `INDEXED` flags.
+    pub fn reindex(&mut self, geom: &ClassGeometry, loc: Location, from: u32, to: u32) -> bool {
+        let hash = content_hash(self.object(geom, loc));
+        match self.sharing.index.get_mut(&hash) {
+            Some(owner) if *owner == from => {
+                *owner = to;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// A new alias of `anchor` of this shard (at `pos`): `(entry, generation)`, or `None`
@@ -105,9 +114,9 @@ impl ShardInner {
             shard: pos,
             entry: anchor,
         };
+        // An alias locates nothing: compaction's object index (`epoch`) is not affected.
         let issued = self.handles.alloc_slot(Slot::Alias(here))?;
         self.anchor_mut(anchor).refs += 1;
-        self.epoch += 1;
         Some(issued)
     }
 
@@ -137,7 +146,6 @@ impl ShardInner {
         let count = self.anchor_mut(anchor);
         count.refs -= 1;
         if count.refs > 0 {
-            self.epoch += 1;
             return (false, None);
         }
         self.sharing.anchors.remove(&anchor);
@@ -217,7 +225,6 @@ impl Pool {
                 // The alias first, under its shard's lock; then the reference, under the
                 // anchor's (one lock at a time: the reference keeps the anchor meanwhile).
                 inner.handles.free(entry, generation);
-                inner.epoch += 1;
                 drop(inner);
                 let home = self.shards.get(anchor.shard).ok_or_else(stale)?;
                 inner = home.inner.lock();
@@ -292,11 +299,8 @@ impl Pool {
                 return Ok((handle, true));
             }
         }
-        let (handle, loc, mut inner) = self.malloc_in(pos, shard, inner)?;
-        let entry = handle.decode().map_or(0, |(_, _, entry)| entry);
-        let object = inner.object_mut(&geom, loc);
-        object[..data.len()].copy_from_slice(data);
-        object[data.len()..].fill(0);
+        let (handle, entry, loc, mut inner) = self.malloc_in(pos, shard, inner)?;
+        inner.store_object(&geom, loc, data);
         let mut flags = Flags::WRITTEN;
         // A hash already taken (by other bytes, or by the same bytes stored meanwhile while
         // the lock was let go for new pages) keeps its object: this one stays out.

@@ -7,6 +7,10 @@
 use std::sync::{Arc, Barrier};
 use std::thread;
 
+#[path = "common/pool.rs"]
+mod pool;
+
+use pool::pool;
 use zsmalloc::{Handle, Pool, PoolConfig};
 
 fn data(i: usize, len: usize) -> Vec<u8> {
@@ -15,26 +19,38 @@ fn data(i: usize, len: usize) -> Vec<u8> {
     v
 }
 
+/// 60 000 objects of 200 bytes, the `i`th holding `data(content(i), 200)`.
+fn store(pool: &Pool, content: impl Fn(usize) -> usize) -> Vec<(Handle, Vec<u8>)> {
+    (0..60_000)
+        .map(|i| {
+            let d = data(content(i), 200);
+            let h = pool.malloc(200).unwrap();
+            pool.write(h, &d).unwrap();
+            (h, d)
+        })
+        .collect()
+}
+
+/// Every object of `objs` reads back its bytes, and the pool's invariants hold.
+fn check_all(pool: &Pool, objs: &[(Handle, Vec<u8>)], round: usize) {
+    let mut bad = 0;
+    for (h, d) in objs {
+        let mut got = vec![0u8; d.len()];
+        pool.read(*h, &mut got).unwrap();
+        if got != *d {
+            bad += 1;
+        }
+    }
+    assert_eq!(bad, 0, "round {round}: {bad} objects read back other bytes");
+    pool.check_invariants().unwrap();
+}
+
 #[test]
 fn two_compactions_of_one_shard_keep_every_object() {
     for round in 0..20 {
-        let pool = Arc::new(
-            Pool::with_config(PoolConfig {
-                populate: false,
-                shards: 1,
-                ..PoolConfig::default()
-            })
-            .unwrap(),
-        );
+        let pool = Arc::new(pool(PoolConfig::default(), 1));
         let mut kept: Vec<(Handle, Vec<u8>)> = Vec::new();
-        let all: Vec<(Handle, Vec<u8>)> = (0..60_000)
-            .map(|i| {
-                let d = data(i, 200);
-                let h = pool.malloc(200).unwrap();
-                pool.write(h, &d).unwrap();
-                (h, d)
-            })
-            .collect();
+        let all = store(&pool, |i| i);
         for (i, (h, d)) in all.into_iter().enumerate() {
             if i % 3 == 0 {
                 pool.free(h).unwrap();
@@ -57,16 +73,7 @@ fn two_compactions_of_one_shard_keep_every_object() {
         let a = pool.compact();
         let b: Vec<usize> = others.into_iter().map(|t| t.join().unwrap()).collect();
         println!("round {round}: compactions freed {a} and {b:?}");
-        let mut bad = 0;
-        for (h, d) in &kept {
-            let mut got = vec![0u8; d.len()];
-            pool.read(*h, &mut got).unwrap();
-            if got != *d {
-                bad += 1;
-            }
-        }
-        assert_eq!(bad, 0, "round {round}: {bad} objects read back other bytes");
-        pool.check_invariants().unwrap();
+        check_all(&pool, &kept, round);
     }
 }
 
@@ -75,23 +82,9 @@ fn two_compactions_of_one_shard_keep_every_object() {
 #[test]
 fn fold_compaction_racing_compact_keeps_every_object() {
     for round in 0..20 {
-        let pool = Arc::new(
-            Pool::with_config(PoolConfig {
-                populate: false,
-                shards: 1,
-                ..PoolConfig::default()
-            })
-            .unwrap(),
-        );
+        let pool = Arc::new(pool(PoolConfig::default(), 1));
         // Every second object a copy of the one before: folding frees half of them.
-        let all: Vec<(Handle, Vec<u8>)> = (0..60_000)
-            .map(|i| {
-                let d = data(i / 2, 200);
-                let h = pool.malloc(200).unwrap();
-                pool.write(h, &d).unwrap();
-                (h, d)
-            })
-            .collect();
+        let all = store(&pool, |i| i / 2);
         let barrier = Arc::new(Barrier::new(2));
         let folder = {
             let pool = Arc::clone(&pool);
@@ -108,15 +101,6 @@ fn fold_compaction_racing_compact_keeps_every_object() {
         }
         let report = folder.join().unwrap();
         println!("round {round}: compact freed {freed}, fold {report:?}");
-        let mut bad = 0;
-        for (h, d) in &all {
-            let mut got = vec![0u8; d.len()];
-            pool.read(*h, &mut got).unwrap();
-            if got != *d {
-                bad += 1;
-            }
-        }
-        assert_eq!(bad, 0, "round {round}: {bad} objects read back other bytes");
-        pool.check_invariants().unwrap();
+        check_all(&pool, &all, round);
     }
 }

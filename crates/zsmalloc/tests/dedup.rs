@@ -3,6 +3,8 @@
 //! class capacity, compared in full) — hands out another handle to it. The index follows objects
 //! as they are written, shared, folded and freed. In both layouts.
 
+#[path = "common/dedup_in.rs"]
+mod dedup_in;
 #[path = "common/layouts.rs"]
 mod layouts;
 #[path = "common/pool.rs"]
@@ -10,10 +12,11 @@ mod pool;
 #[path = "common/read.rs"]
 mod read;
 
+use dedup_in::dedup_in;
 use layouts::layouts;
 use pool::pool;
 use read::read;
-use zsmalloc::{Error, Handle, Pool, PoolConfig};
+use zsmalloc::{Error, Handle, PoolConfig};
 
 fn bytes(seed: u8, len: usize) -> Vec<u8> {
     (0..len).map(|i| seed ^ (i as u8).wrapping_mul(3)).collect()
@@ -140,14 +143,6 @@ fn the_index_is_counted_in_metadata_and_bad_sizes_are_refused() {
         pool.free(h).unwrap();
     }
     assert_eq!(pool.total_pages(), 0);
-}
-
-/// `malloc_dedup` from a thread pinned to shard `shard`.
-fn dedup_in(pool: &Pool, shard: usize, data: &[u8]) -> (Handle, bool) {
-    zsmalloc::pin_malloc_shard(Some(shard));
-    let r = pool.malloc_dedup(data).unwrap();
-    zsmalloc::pin_malloc_shard(None);
-    r
 }
 
 /// The class-shard position a handle names (`handle.rs`: bits 47..59).

@@ -4,10 +4,14 @@
 //! default: min-waste geometry, no handle header) and the seed kernel's (`PoolConfig::seed`:
 //! its geometry, the handle in every object's header, which a bad write must not clobber).
 
+#[path = "common/random.rs"]
+mod random;
+
 use std::collections::HashMap;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use random::random_object;
 use zsmalloc::{Error, Handle, Pool, PoolConfig};
 
 /// The device's layout and the seed kernel's, for zspages of at most `chain` pages.
@@ -58,13 +62,7 @@ impl Population {
         let mut rng = StdRng::seed_from_u64(seed);
         let objs = sizes
             .iter()
-            .map(|&size| {
-                let h = pool.malloc(size).unwrap();
-                let mut data = vec![0u8; size];
-                rng.fill(&mut data[..]);
-                pool.write(h, &data).unwrap();
-                (h, data)
-            })
+            .map(|&size| random_object(pool, &mut rng, size))
             .collect();
         Self { objs }
     }

@@ -5,15 +5,21 @@
 //! take part. Copies in different shards of a class are folded too. In both layouts: the
 //! zram device's and the seed kernel's (headers).
 
+#[path = "common/dedup_in.rs"]
+mod dedup_in;
 #[path = "common/layouts.rs"]
 mod layouts;
 #[path = "common/pool.rs"]
 mod pool;
+#[path = "common/store_in.rs"]
+mod store_in;
 
 use std::collections::HashMap;
 
+use dedup_in::dedup_in;
 use layouts::layouts;
 use pool::pool;
+use store_in::store_in;
 use zsmalloc::{Error, Handle, Pool};
 
 /// Content `kind` of `len` bytes.
@@ -21,6 +27,15 @@ fn content(kind: usize, len: usize) -> Vec<u8> {
     let mut v: Vec<u8> = (0..len).map(|i| (i * 13 + kind * 7) as u8).collect();
     v[..8].copy_from_slice(&(kind as u64).to_le_bytes());
     v
+}
+
+/// Frees every handle of `handles`: the pool is left valid and empty.
+fn free_all(pool: &Pool, handles: impl IntoIterator<Item = Handle>) {
+    for h in handles {
+        pool.free(h).unwrap();
+    }
+    pool.check_invariants().unwrap();
+    assert_eq!(pool.total_pages(), 0);
 }
 
 fn check_all(pool: &Pool, objs: &[(Handle, Vec<u8>)]) {
@@ -102,11 +117,7 @@ fn fold_keeps_one_object_per_content_and_frees_pages() {
         assert_eq!(again.pages_freed, 0);
         assert_eq!(pool.pages_folded(), report.pages_freed);
 
-        for (h, _) in objs {
-            pool.free(h).unwrap();
-        }
-        pool.check_invariants().unwrap();
-        assert_eq!(pool.total_pages(), 0);
+        free_all(&pool, objs.into_iter().map(|(h, _)| h));
     }
 }
 
@@ -132,10 +143,7 @@ fn never_written_objects_are_not_folded() {
         }
         assert_eq!(pool.refs(written[0]).unwrap(), 3);
         pool.check_invariants().unwrap();
-        for h in fresh.into_iter().chain(written) {
-            pool.free(h).unwrap();
-        }
-        assert_eq!(pool.total_pages(), 0);
+        free_all(&pool, fresh.into_iter().chain(written));
     }
 }
 
@@ -186,21 +194,11 @@ fn fold_joins_existing_shared_and_indexed_objects() {
         assert_eq!(pool.refs(third).unwrap(), 3);
         assert_eq!(pool.share_stats().index_entries, 1);
         pool.check_invariants().unwrap();
-        for h in copies.into_iter().chain([a, a2, plain, indexed, third]) {
-            pool.free(h).unwrap();
-        }
-        pool.check_invariants().unwrap();
-        assert_eq!(pool.total_pages(), 0);
+        free_all(
+            &pool,
+            copies.into_iter().chain([a, a2, plain, indexed, third]),
+        );
     }
-}
-
-/// Stores `data` in shard `shard` of a sharded pool.
-fn store_in(pool: &Pool, shard: usize, data: &[u8]) -> Handle {
-    zsmalloc::pin_malloc_shard(Some(shard));
-    let h = pool.malloc(data.len()).unwrap();
-    pool.write(h, data).unwrap();
-    zsmalloc::pin_malloc_shard(None);
-    h
 }
 
 #[test]
@@ -242,11 +240,7 @@ fn fold_keeps_one_object_per_content_across_shards() {
         assert_eq!((s.shared_objects, s.extra_handles), (40, 440));
         assert_eq!(pool.fold().objects_folded, 0);
         // Handles go in any order, from any shard.
-        for (h, _) in objs.into_iter().rev() {
-            pool.free(h).unwrap();
-        }
-        pool.check_invariants().unwrap();
-        assert_eq!(pool.total_pages(), 0);
+        free_all(&pool, objs.into_iter().rev().map(|(h, _)| h));
     }
 }
 
@@ -283,9 +277,7 @@ fn fold_across_shards_joins_anchors_and_indexed_objects_but_never_two_anchors() 
         // the object kept, so malloc_dedup still finds it, from either shard.
         let other = content(6, 700);
         let kept = store_in(&pool, 0, &other);
-        zsmalloc::pin_malloc_shard(Some(1));
-        let (indexed, shared) = pool.malloc_dedup(&other).unwrap();
-        zsmalloc::pin_malloc_shard(None);
+        let (indexed, shared) = dedup_in(&pool, 1, &other);
         assert!(!shared, "plain objects are not in the index");
         assert_eq!(pool.fold().objects_folded, 1);
         pool.check_invariants().unwrap();
@@ -295,18 +287,15 @@ fn fold_across_shards_joins_anchors_and_indexed_objects_but_never_two_anchors() 
         );
         assert_eq!(pool.share_stats().index_entries, 1);
         for s in [0, 1] {
-            zsmalloc::pin_malloc_shard(Some(s));
-            let (h, shared) = pool.malloc_dedup(&other).unwrap();
-            zsmalloc::pin_malloc_shard(None);
+            let (h, shared) = dedup_in(&pool, s, &other);
             assert!(shared, "the index names the object kept");
             assert_eq!(pool.object_id(h).unwrap(), pool.object_id(kept).unwrap());
             pool.free(h).unwrap();
         }
         pool.check_invariants().unwrap();
-        for h in plain.into_iter().chain([a0, a0b, a1, a1b, kept, indexed]) {
-            pool.free(h).unwrap();
-        }
-        pool.check_invariants().unwrap();
-        assert_eq!(pool.total_pages(), 0);
+        free_all(
+            &pool,
+            plain.into_iter().chain([a0, a0b, a1, a1b, kept, indexed]),
+        );
     }
 }

@@ -8,8 +8,12 @@
 //! allocations to another shard (`pin_malloc_shard`, as contention would), so copies,
 //! shared objects and their handles spread over the shards of a class.
 
+#[path = "common/pool.rs"]
+mod pool;
+
 use std::collections::HashMap;
 
+use pool::pool;
 use proptest::prelude::*;
 use zsmalloc::{Error, Handle, Pool, PoolConfig, pin_malloc_shard};
 
@@ -84,12 +88,7 @@ impl Harness {
     fn new(config: PoolConfig, shards: usize) -> Self {
         // Proptest runs the cases on one thread: start each unpinned.
         pin_malloc_shard(None);
-        let pool = Pool::with_config(PoolConfig {
-            populate: false,
-            shards,
-            ..config
-        })
-        .unwrap();
+        let pool = pool(config, shards);
         Self {
             pool,
             objs: HashMap::new(),

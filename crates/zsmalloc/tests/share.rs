@@ -13,10 +13,13 @@ mod layouts;
 mod pool;
 #[path = "common/read.rs"]
 mod read;
+#[path = "common/store_in.rs"]
+mod store_in;
 
 use layouts::layouts;
 use pool::pool;
 use read::read;
+use store_in::store_in;
 use zsmalloc::{Error, Handle, Pool};
 
 fn is_stale<T: std::fmt::Debug>(r: zsmalloc::Result<T>, h: Handle) -> bool {
@@ -222,13 +225,7 @@ fn shard(h: Handle) -> u64 {
 /// Two copies of `data`, written in shards 0 and 1 of a two-shard pool, then folded: the
 /// copy in shard 0 is kept and the handle in shard 1 becomes a remote alias of its anchor.
 fn remote_pair(pool: &Pool, data: &[u8]) -> (Handle, Handle) {
-    let mut hs = [0, 1].map(|s| {
-        zsmalloc::pin_malloc_shard(Some(s));
-        let h = pool.malloc(data.len()).unwrap();
-        pool.write(h, data).unwrap();
-        h
-    });
-    zsmalloc::pin_malloc_shard(None);
+    let mut hs = [0, 1].map(|s| store_in(pool, s, data));
     assert_eq!(shard(hs[1]), shard(hs[0]) + 1);
     assert_eq!(pool.fold().objects_folded, 1);
     pool.check_invariants().unwrap();

@@ -8,12 +8,18 @@
 mod layouts;
 #[path = "common/pool.rs"]
 mod pool;
+#[path = "common/random.rs"]
+mod random;
+#[path = "common/store_in.rs"]
+mod store_in;
 
 use layouts::layouts;
 use pool::pool;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
+use random::random_object;
+use store_in::store_in;
 use zsmalloc::Handle;
 
 #[test]
@@ -25,13 +31,7 @@ fn compaction_moves_shared_objects_once_and_every_handle_follows() {
         let size = 900;
         let class = *pool.lookup_class(size).unwrap();
         let mut objs: Vec<(Handle, Vec<u8>)> = (0..2000)
-            .map(|_| {
-                let h = pool.malloc(size).unwrap();
-                let mut data = vec![0u8; size];
-                rng.fill(&mut data[..]);
-                pool.write(h, &data).unwrap();
-                (h, data)
-            })
+            .map(|_| random_object(&pool, &mut rng, size))
             .collect();
         objs.shuffle(&mut rng);
         // Free three quarters; share every survivor 1..=3 times.
@@ -113,18 +113,11 @@ fn compaction_moves_objects_whose_handles_are_in_another_shard() {
                 data
             })
             .collect();
-        let store = |shard: usize, data: &[u8]| {
-            zsmalloc::pin_malloc_shard(Some(shard));
-            let h = pool.malloc(data.len()).unwrap();
-            pool.write(h, data).unwrap();
-            zsmalloc::pin_malloc_shard(None);
-            h
-        };
         // Every content in shard 0; every fourth one copied into shard 1.
-        let originals: Vec<Handle> = contents.iter().map(|d| store(0, d)).collect();
+        let originals: Vec<Handle> = contents.iter().map(|d| store_in(&pool, 0, d)).collect();
         let copies: Vec<(Handle, usize)> = (0..contents.len())
             .step_by(4)
-            .map(|i| (store(1, &contents[i]), i))
+            .map(|i| (store_in(&pool, 1, &contents[i]), i))
             .collect();
         let report = pool.fold();
         assert_eq!(report.objects_folded, copies.len() as u64);
