@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::allocator::Allocator;
 use crate::class::{DEFAULT_CHAIN_SIZE, Geometry, Header};
 
 /// Pages of freed zspages a pool keeps resident for reuse by default (4 MiB).
@@ -13,6 +14,11 @@ pub const DEFAULT_PAGE_CACHE_PAGES: usize = 1024;
 #[serde(default)]
 #[cfg_attr(feature = "clap", derive(clap::Args))]
 pub struct PoolConfig {
+    /// The allocator (zsmalloc, afmalloc, zbud, malloc). Command lines that take a list of
+    /// allocators (`bench untar --allocator A,B`) or one (`serve --allocator A`) say so
+    /// themselves; the settings below are zsmalloc's, and the others use what applies.
+    #[cfg_attr(feature = "clap", arg(skip))]
+    pub allocator: Allocator,
     /// zsmalloc chain size: most pages one zspage may have (the kernel's
     /// `CONFIG_ZSMALLOC_CHAIN_SIZE`), 1..=16.
     #[cfg_attr(feature = "clap", arg(long, default_value_t = DEFAULT_CHAIN_SIZE))]
@@ -60,6 +66,7 @@ impl PoolConfig {
 impl Default for PoolConfig {
     fn default() -> Self {
         Self {
+            allocator: Allocator::Zsmalloc,
             chain_size: DEFAULT_CHAIN_SIZE,
             populate: true,
             page_cache_pages: DEFAULT_PAGE_CACHE_PAGES,

@@ -29,6 +29,15 @@ pub enum Error {
     /// A class shard's handle table is full (2^28 - 1 live objects).
     #[error("too many objects in one size class")]
     TooManyObjects,
+    /// The allocator does not offer this operation (sharing, folding and deduplication
+    /// are zsmalloc's).
+    #[error("allocator {allocator} does not support {what}")]
+    Unsupported {
+        /// The allocator's name.
+        allocator: &'static str,
+        /// What was asked of it.
+        what: &'static str,
+    },
     /// The OS refused memory.
     #[error("out of memory: {0}")]
     OutOfMemory(#[from] std::io::Error),

@@ -22,6 +22,7 @@
 //! ```
 
 // Settings and geometry.
+pub mod allocator;
 pub mod class;
 mod config;
 
@@ -45,11 +46,12 @@ pub mod pool;
 mod share;
 pub mod stats;
 
-// Errors, and the interface alternative allocators will share.
+// Errors, and the interface every allocator offers.
 pub mod backend;
 mod error;
 
-pub use backend::Backend;
+pub use allocator::Allocator;
+pub use backend::{Backend, open};
 pub use class::{ClassGeometry, ClassTable, Geometry};
 pub use config::{DEFAULT_PAGE_CACHE_PAGES, PoolConfig};
 pub use error::{Error, Result};
