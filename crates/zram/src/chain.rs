@@ -18,7 +18,7 @@
 //! `Pool::write_opaque`, so folding and deduplication never make one serve another chain;
 //! a last piece holds stream bytes only and may be folded with any equal object.
 
-use zsmalloc::{Handle, Pool};
+use zsmalloc::{Backend, Handle};
 
 use crate::PAGE_SIZE;
 use crate::error::Result;
@@ -42,7 +42,7 @@ pub(crate) fn last_piece(len: usize) -> usize {
 /// of `stream`; returns the first piece's handle. On failure every piece allocated is freed
 /// again, so nothing is left behind.
 pub(crate) fn write(
-    pool: &Pool,
+    pool: &dyn Backend,
     stream: &[u8],
     mut alloc: impl FnMut(usize) -> Result<Handle>,
 ) -> Result<Handle> {
@@ -91,16 +91,15 @@ pub(crate) fn write(
 }
 
 /// Gathers the chain starting at `head` into `out` (the stream's length).
-pub(crate) fn read(pool: &Pool, head: Handle, out: &mut [u8]) -> Result<()> {
+pub(crate) fn read(pool: &dyn Backend, head: Handle, out: &mut [u8]) -> Result<()> {
     let mut handle = head;
     let mut done = 0;
     while out.len() - done > PAGE_SIZE {
         let piece = &mut out[done..done + PIECE_DATA];
-        let next = pool.with_object(handle, PAGE_SIZE, |bytes| {
+        pool.read_with(handle, PAGE_SIZE, &mut |bytes| {
             piece.copy_from_slice(&bytes[LINK..]);
-            link_of(bytes)
+            handle = link_of(bytes);
         })?;
-        handle = next;
         done += PIECE_DATA;
     }
     Ok(pool.read(handle, &mut out[done..])?)
@@ -110,10 +109,10 @@ pub(crate) fn read(pool: &Pool, head: Handle, out: &mut [u8]) -> Result<()> {
 /// returns whether its memory went with it. A piece that other handles still share (after
 /// folding or deduplication) stays, and so does everything after it: the rest of the chain
 /// belongs to that shared piece, which whoever frees its last handle walks on from.
-pub(crate) fn free(pool: &Pool, head: Handle, len: usize) -> bool {
+pub(crate) fn free(pool: &dyn Backend, head: Handle, len: usize) -> bool {
     let mut handle = head;
     for _ in 0..links(len) {
-        let next = pool.with_object(handle, LINK, link_of);
+        let next = next_piece(pool, handle);
         // The handle came from this pool and the slot's lock keeps it live: a failure
         // would be a bug in the table, and the object is unreachable either way.
         if !pool.free_shared(handle).unwrap_or(false) {
@@ -129,16 +128,23 @@ pub(crate) fn free(pool: &Pool, head: Handle, len: usize) -> bool {
 
 /// The pieces of the chain of a stream of `len` bytes starting at `head`, each with the
 /// bytes of the stream it holds plus its link (for checks: which objects a slot uses).
-pub fn pieces(pool: &Pool, head: Handle, len: usize) -> Result<Vec<(Handle, usize)>> {
+pub fn pieces(pool: &dyn Backend, head: Handle, len: usize) -> Result<Vec<(Handle, usize)>> {
     let k = links(len);
     let mut out = Vec::with_capacity(k + 1);
     let mut handle = head;
     for _ in 0..k {
         out.push((handle, PAGE_SIZE));
-        handle = pool.with_object(handle, LINK, link_of)?;
+        handle = next_piece(pool, handle)?;
     }
     out.push((handle, last_piece(len)));
     Ok(out)
+}
+
+/// The handle in the link of the piece `handle` names.
+fn next_piece(pool: &dyn Backend, handle: Handle) -> zsmalloc::Result<Handle> {
+    let mut next = handle;
+    pool.read_with(handle, LINK, &mut |bytes| next = link_of(bytes))?;
+    Ok(next)
 }
 
 /// The next piece's handle at the start of a piece.
@@ -168,7 +174,7 @@ mod tests {
 
     #[test]
     fn chains_round_trip_and_a_refused_piece_leaves_nothing() {
-        let pool = Pool::new(8).unwrap();
+        let pool = zsmalloc::Pool::new(8).unwrap();
         let stream: Vec<u8> = (0..3 * PAGE_SIZE + 5)
             .map(|i| (i * 7 % 251) as u8)
             .collect();
@@ -195,7 +201,7 @@ mod tests {
     /// freeing the first chain would stop at that shared piece and leak its tail.
     #[test]
     fn a_folded_middle_piece_does_not_leak_the_rest_of_its_chain() {
-        let pool = Pool::new(8).unwrap();
+        let pool = zsmalloc::Pool::new(8).unwrap();
         // Chain A: three pieces (head, middle, last).
         let a: Vec<u8> = (0..2 * PIECE_DATA + 100)
             .map(|i| (i * 7 % 251) as u8)

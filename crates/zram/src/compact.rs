@@ -7,7 +7,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
-use zsmalloc::Pool;
+use zsmalloc::Backend;
 
 /// When to compact.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,7 +36,7 @@ impl AutoCompact {
     /// Would this policy compact `pool` now? `quiet`: the pool has not grown since the last
     /// look. Only then does what shortening partly used zspages would free count: a pool
     /// still filling has a partly used zspage per class that the next writes fill anyway.
-    pub fn due(&self, pool: &Pool, quiet: bool) -> bool {
+    pub fn due(&self, pool: &dyn Backend, quiet: bool) -> bool {
         let pages = if quiet {
             pool.compactable_pages()
         } else {
@@ -61,12 +61,12 @@ pub struct Compactor {
 
 impl Compactor {
     /// Starts the thread.
-    pub fn start(pool: Arc<Pool>, policy: AutoCompact) -> Self {
+    pub fn start(pool: Arc<dyn Backend>, policy: AutoCompact) -> Self {
         let signal = Arc::new((Mutex::new(Signal::default()), Condvar::new()));
         let theirs = Arc::clone(&signal);
         let thread = std::thread::Builder::new()
             .name("zram-compact".into())
-            .spawn(move || run(&pool, policy, &theirs))
+            .spawn(move || run(&*pool, policy, &theirs))
             .ok();
         Self { signal, thread }
     }
@@ -79,7 +79,7 @@ impl Compactor {
     }
 }
 
-fn run(pool: &Pool, policy: AutoCompact, signal: &(Mutex<Signal>, Condvar)) {
+fn run(pool: &dyn Backend, policy: AutoCompact, signal: &(Mutex<Signal>, Condvar)) {
     let (m, cv) = signal;
     let mut last_total = usize::MAX;
     loop {
@@ -117,7 +117,7 @@ impl Drop for Compactor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use zsmalloc::PoolConfig;
+    use zsmalloc::{Pool, PoolConfig};
 
     #[test]
     fn shortening_counts_only_once_the_pool_is_quiet() {

@@ -196,6 +196,19 @@ impl ZramConfig {
     }
 }
 
+impl ZramConfig {
+    /// Refuses `dedup` on an allocator that cannot share objects (only zsmalloc can).
+    pub fn check_allocator(&self) -> Result<()> {
+        if self.dedup && self.pool.allocator != zsmalloc::Allocator::Zsmalloc {
+            return Err(Error::InvalidArgument(format!(
+                "dedup needs the zsmalloc allocator (objects shared by several slots), not {}",
+                self.pool.allocator
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// Refuses a `unit_size` that is not a power of two from 4 KiB to 128 KiB.
 pub fn check_unit_size(bytes: u64) -> Result<usize> {
     match usize::try_from(bytes) {

@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use zsmalloc::{FoldReport, Pool};
+use zsmalloc::{Backend, FoldReport};
 
 use crate::backing::{Backing, BackingStats, FileBacking, FileOptions};
 use crate::comp::{Algorithm, AlgorithmParams, CodecPool};
@@ -67,7 +67,8 @@ impl Zram {
             });
         }
         config.check_post_processing()?;
-        let pool = Arc::new(Pool::with_config(config.pool)?);
+        config.check_allocator()?;
+        let pool = zsmalloc::open(config.pool)?;
         let mut codecs: Codecs = Default::default();
         codecs[0] = Some(CodecPool::new(config.algorithm, config.params.clone())?);
         for r in &config.recomp_algorithm {
@@ -98,7 +99,8 @@ impl Zram {
 
     /// Folds identical stored objects into one (the `fold` attribute, seed 004); runs
     /// alongside I/O. What it gave back shows in `mm_stat`'s `pages_folded`.
-    pub fn fold(&self) -> FoldReport {
+    /// Refused on an allocator that cannot share objects.
+    pub fn fold(&self) -> Result<FoldReport> {
         crate::fold::fold(&self.store)
     }
 
@@ -137,9 +139,16 @@ impl Zram {
         self.backing_dev.as_deref()
     }
 
-    /// zsmalloc chain size.
+    /// The allocator (zsmalloc, afmalloc, zbud, malloc).
+    pub fn allocator(&self) -> zsmalloc::Allocator {
+        self.pool().allocator()
+    }
+
+    /// zsmalloc chain size (0 on another allocator).
     pub fn chain_size(&self) -> usize {
-        self.pool().chain_size()
+        self.pool()
+            .as_zsmalloc()
+            .map_or(0, zsmalloc::Pool::chain_size)
     }
 
     /// Bytes compressed as one stream (4096: the kernel's page-at-a-time model).
@@ -148,7 +157,7 @@ impl Zram {
     }
 
     /// The allocator underneath.
-    pub fn pool(&self) -> &Pool {
+    pub fn pool(&self) -> &dyn Backend {
         self.store.pool()
     }
 

@@ -126,7 +126,9 @@ impl Error {
     ///   is not a regular file or block device (or bad backing options); `EIO` for a short
     ///   read;
     /// - writeback with no backing device: `ENODEV`; with `writeback_limit` spent: `EIO`;
-    /// - writeback and recompression at once: `EAGAIN`.
+    /// - writeback and recompression at once: `EAGAIN`;
+    /// - what the device's allocator does not offer (`fold` on a non-zsmalloc device):
+    ///   `EOPNOTSUPP`.
     pub fn errno(&self) -> i32 {
         match self {
             Error::OutOfRange { op, .. } if op.stores() => libc::ENOSPC,
@@ -134,6 +136,7 @@ impl Error {
             Error::MemLimit { .. } | Error::Alloc(zsmalloc::Error::OutOfMemory(_)) => libc::ENOSPC,
             Error::TableTooLarge { .. } => libc::ENOMEM,
             Error::Alloc(zsmalloc::Error::InvalidChainSize(_)) => libc::EINVAL,
+            Error::Alloc(zsmalloc::Error::Unsupported { .. }) => libc::EOPNOTSUPP,
             Error::UnknownAlgorithm(_)
             | Error::InvalidLevel { .. }
             | Error::CodecSetup { .. }

@@ -1,7 +1,8 @@
 //! Folding and deduplication on a device (seed 004, and inline dedup beyond it).
 //!
 //!
-//! Folding is the allocator's ([`zsmalloc::Pool::fold`]): it scans every class for objects
+//! Folding is the allocator's ([`zsmalloc::Pool::fold`]; zsmalloc's alone: on another
+//! allocator the `fold` trigger and the `dedup` setting are refused): it scans every class for objects
 //! with equal bytes and lets one object serve all their handles. With the `dedup` setting
 //! a write goes further: a page (or unit) whose stream is one object that the pool
 //! already holds shares it at once ([`zsmalloc::Pool::malloc_dedup`]). Same-filled pages
@@ -43,12 +44,12 @@ pub struct FoldStats {
 }
 
 /// Runs a fold pass over the store's pool and counts it.
-pub(crate) fn fold(store: &Store) -> FoldReport {
-    let report = store.pool().fold();
+pub(crate) fn fold(store: &Store) -> crate::error::Result<FoldReport> {
+    let report = store.pool().fold()?;
     let c = store.counters();
     Counters::add(&c.folds, 1);
     Counters::add(&c.objects_folded, report.objects_folded);
-    report
+    Ok(report)
 }
 
 /// The store's folding and deduplication figures.

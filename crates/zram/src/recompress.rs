@@ -78,7 +78,7 @@ enum Verdict {
 /// The pass's shared objects: on every way out, the new objects' handles the pass holds
 /// are let go.
 struct Memo<'a> {
-    pool: &'a zsmalloc::Pool,
+    pool: &'a dyn zsmalloc::Backend,
     seen: Seen<'a, (usize, usize, u8), Verdict>,
 }
 
@@ -126,7 +126,7 @@ fn priority(store: &Store, req: &RecompressRequest) -> Result<u8> {
 /// of the last one.
 fn class_key(store: &Store, len: usize) -> Result<(usize, usize)> {
     let last = last_piece(len);
-    Ok((links(len), store.pool().lookup_class(last)?.index))
+    Ok((links(len), store.pool().footprint(last)?))
 }
 
 /// Runs a recompression pass.

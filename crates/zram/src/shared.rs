@@ -28,7 +28,7 @@
 use std::collections::HashMap;
 use std::hash::Hash;
 
-use zsmalloc::{Handle, Pool};
+use zsmalloc::{Backend, Handle};
 
 use crate::error::Result;
 
@@ -43,14 +43,14 @@ struct Entry<T> {
 /// The shared objects a pass met, keyed by (object id, `K`), with a record `T` each.
 #[derive(Debug)]
 pub(crate) struct Seen<'a, K: Hash + Eq + Copy, T: Copy> {
-    pool: &'a Pool,
+    pool: &'a dyn Backend,
     map: HashMap<(u64, K), Entry<T>>,
     closed: Vec<T>,
 }
 
 impl<'a, K: Hash + Eq + Copy, T: Copy> Seen<'a, K, T> {
     /// Nothing seen yet.
-    pub(crate) fn new(pool: &'a Pool) -> Self {
+    pub(crate) fn new(pool: &'a dyn Backend) -> Self {
         Self {
             pool,
             map: HashMap::new(),

@@ -56,7 +56,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
 use parking_lot::{Mutex, MutexGuard};
-use zsmalloc::{Handle, Pool};
+use zsmalloc::{Backend, Handle};
 
 use crate::PAGE_SIZE;
 use crate::backing::Backing;
@@ -92,7 +92,7 @@ pub(crate) type Codecs = [Option<CodecPool>; 4];
 pub(crate) struct Store {
     disksize: u64,
     unit_size: usize,
-    pool: Arc<Pool>,
+    pool: Arc<dyn Backend>,
     table: SlotTable,
     codecs: Codecs,
     backing: Option<Arc<dyn Backing>>,
@@ -124,7 +124,7 @@ impl Store {
     pub(crate) fn new(
         disksize: u64,
         unit_size: usize,
-        pool: Arc<Pool>,
+        pool: Arc<dyn Backend>,
         codecs: Codecs,
         mem_limit: u64,
         backing: Option<Arc<dyn Backing>>,
@@ -165,8 +165,8 @@ impl Store {
         self.unit_size
     }
 
-    pub(crate) fn pool(&self) -> &Arc<Pool> {
-        &self.pool
+    pub(crate) fn pool(&self) -> &dyn Backend {
+        &*self.pool
     }
 
     /// The primary compressor.
@@ -392,7 +392,7 @@ impl Store {
     /// file) into `out`, `e.len` bytes.
     pub(crate) fn stream_into(&self, index: usize, e: SlotEntry, out: &mut [u8]) -> Result<()> {
         if !e.flags.contains(Flags::WB) {
-            return crate::chain::read(&self.pool, Handle::from_raw(e.handle), out);
+            return crate::chain::read(&*self.pool, Handle::from_raw(e.handle), out);
         }
         let backing = self.backing.as_ref().ok_or(Error::NoBackingDev)?;
         match backing.read(e.handle, out) {
@@ -450,7 +450,7 @@ impl Store {
                 }
                 head
             } else {
-                crate::chain::write(&self.pool, stream, |size| self.alloc(size))?
+                crate::chain::write(&*self.pool, stream, |size| self.alloc(size))?
             };
             self.free(g);
             g.set(SlotEntry {
@@ -496,7 +496,7 @@ impl Store {
     /// or its handles to shared ones; it leaves `compr_data_size` and `huge_pages`. The
     /// caller gives the locked slot its new entry.
     pub(crate) fn drop_stream(&self, e: SlotEntry, pages: u64) {
-        crate::chain::free(&self.pool, Handle::from_raw(e.handle), e.len);
+        crate::chain::free(&*self.pool, Handle::from_raw(e.handle), e.len);
         Counters::sub(&self.counters.compr_data_size, e.len as u64);
         if e.flags.contains(Flags::HUGE) {
             Counters::sub(&self.counters.huge_pages, pages);

@@ -79,7 +79,7 @@ fn device(
     }
     if !dedup {
         assert_eq!(zram.pool().share_stats().shared_objects, 0);
-        zram.fold();
+        zram.fold().unwrap();
     }
     let s = zram.pool().share_stats();
     assert_eq!(
@@ -487,7 +487,7 @@ fn shared_units_of_several_objects_are_post_processed_right() {
         zram.write((u * 4 * PAGE_SIZE) as u64, &data).unwrap();
         image[u * 4 * PAGE_SIZE..(u * 4 + 4) * PAGE_SIZE].copy_from_slice(&data);
     }
-    zram.fold();
+    zram.fold().unwrap();
     let before = zram.pool().share_stats();
     let r = zram.recompress(&RecompressRequest::default()).unwrap();
     assert_eq!(r.codec_runs, r.attempts - r.shared, "{r:?}");
@@ -545,7 +545,7 @@ fn passes_racing_writes_reads_discards_and_folds_lose_nothing() {
                     shared += r.shared;
                 }
                 if rounds.is_multiple_of(3) {
-                    zram.fold();
+                    zram.fold().unwrap();
                 }
                 rounds += 1;
                 passes.store(rounds, Ordering::SeqCst);

@@ -56,7 +56,7 @@ fn source_text(len: usize) -> Vec<u8> {
 }
 
 fn objects(zram: &Zram) -> usize {
-    zram.pool().stats().obj_used
+    zram.pool().objects()
 }
 
 #[test]

@@ -186,17 +186,25 @@ pub fn handle(registry: &Registry, request: &Request) -> Response {
             },
             Err(e) => Response::error(e),
         },
+        // A named device on an allocator that cannot fold refuses; all devices: those
+        // that can fold do.
         Request::Fold { device: name } => match initialized(registry, name.as_deref()) {
-            Ok(zrams) => Response {
-                folded: zrams
-                    .into_iter()
-                    .map(|(device, z)| Folded {
-                        device,
-                        report: z.fold(),
-                    })
-                    .collect(),
-                ..Response::ok()
-            },
+            Ok(zrams) => {
+                let mut folded = Vec::new();
+                for (device, z) in zrams {
+                    match z.fold() {
+                        Ok(report) => folded.push(Folded { device, report }),
+                        Err(e) if name.is_some() => {
+                            return Response::error(format!("{device}: {e}"));
+                        }
+                        Err(_) => {}
+                    }
+                }
+                Response {
+                    folded,
+                    ..Response::ok()
+                }
+            }
             Err(e) => Response::error(e),
         },
         Request::Reset { device: name } => life_cycle(registry, name, Device::reset),

@@ -141,6 +141,10 @@ struct ServeArgs {
     /// The device (one; a config file can have several).
     #[command(flatten)]
     device: DeviceSpec,
+    /// The device's allocator: zsmalloc (default), afmalloc, zbud or malloc (seed 003; a
+    /// config file's `allocator` key).
+    #[arg(long, value_parser = parse_allocator)]
+    allocator: Option<zram::Allocator>,
     /// NBD on HOST:PORT (repeatable; replaces the default 127.0.0.1:10809).
     #[arg(long)]
     listen: Vec<String>,
@@ -162,7 +166,7 @@ struct ServeArgs {
     #[arg(long)]
     fuse: Option<PathBuf>,
     /// TOML file with several devices (`[[device]]` tables with the device options above as
-    /// keys: name, size, algorithm, level, mem_limit, unit_size, chain_size, geometry,
+    /// keys: name, size, algorithm, level, mem_limit, unit_size, allocator, chain_size, geometry,
     /// object_header, shards, read_only, backing_dev, writeback_batch_size,
     /// readback_readahead, dedup, recomp_algorithm = [{ priority = 1, algorithm = "zstd" }], and a
     /// [device.policy] table), the addresses, and the server options above as
@@ -171,8 +175,14 @@ struct ServeArgs {
     config: Option<PathBuf>,
 }
 
+/// `--allocator NAME`.
+fn parse_allocator(s: &str) -> Result<zram::Allocator, String> {
+    s.parse()
+}
+
 /// The ids of the device options, which a config file replaces.
-const DEVICE_ARGS: [&str; 16] = [
+const DEVICE_ARGS: [&str; 17] = [
+    "allocator",
     "name",
     "size",
     "read_only",
@@ -246,7 +256,13 @@ fn serve_options(a: &ServeArgs, matches: &ArgMatches) -> anyhow::Result<ServeOpt
             })?;
             options.devices = file.device;
         }
-        None => options.devices = vec![a.device.clone()],
+        None => {
+            let mut device = a.device.clone();
+            if let Some(allocator) = a.allocator {
+                device.config.pool.allocator = allocator;
+            }
+            options.devices = vec![device];
+        }
     }
     Ok(options)
 }

@@ -36,6 +36,9 @@ pub struct DeviceStat {
     pub io_stat_fields: [u64; 3],
     /// The `debug_stat` text.
     pub debug_stat: String,
+    /// The allocator (zsmalloc, afmalloc, zbud, malloc).
+    #[serde(default)]
+    pub allocator: zram::Allocator,
     /// zsmalloc chain size.
     pub chain_size: usize,
     /// Bytes compressed as one stream (4096: a page at a time).
@@ -149,6 +152,7 @@ impl Registry {
                     io_stat: io.format(),
                     io_stat_fields: [io.failed_reads, io.failed_writes, io.notify_free],
                     debug_stat: zram::stats::format_debug_stat(),
+                    allocator: settings.pool.allocator,
                     chain_size: settings.pool.chain_size,
                     unit_size: settings.unit_size.bytes(),
                     openers: e.device.openers(),

@@ -471,7 +471,12 @@ mod tests {
     fn header_of(spec: &DeviceSpec) -> anyhow::Result<Header> {
         let dev = spec.build()?;
         let zram = dev.zram().context("initialized")?;
-        Ok(zram.pool().classes().header())
+        Ok(zram
+            .pool()
+            .as_zsmalloc()
+            .context("zsmalloc")?
+            .classes()
+            .header())
     }
 
     #[test]

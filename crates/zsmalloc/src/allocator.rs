@@ -54,13 +54,8 @@ impl std::str::FromStr for Allocator {
     fn from_str(s: &str) -> Result<Self, String> {
         Allocator::ALL
             .into_iter()
-            .find(|a| a.name() == s.trim())
-            .ok_or_else(|| {
-                format!(
-                    "unknown allocator {:?} (zsmalloc, afmalloc, zbud or malloc)",
-                    s.trim()
-                )
-            })
+            .find(|a| a.name() == s)
+            .ok_or_else(|| format!("unknown allocator {s:?} (zsmalloc, afmalloc, zbud or malloc)"))
     }
 }
 
@@ -76,5 +71,6 @@ mod tests {
         }
         assert!("slab".parse::<Allocator>().unwrap_err().contains("slab"));
         assert!("".parse::<Allocator>().is_err());
+        assert!(" zbud".parse::<Allocator>().is_err(), "names are exact");
     }
 }

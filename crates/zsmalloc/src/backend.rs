@@ -49,6 +49,11 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     fn total_pages(&self) -> usize;
     /// Pages compaction could free now.
     fn freeable_pages(&self) -> usize;
+    /// Pages compaction could free once the pool stops growing (zsmalloc: also by
+    /// shortening partly used zspages); `freeable_pages` where there is nothing more.
+    fn compactable_pages(&self) -> usize {
+        self.freeable_pages()
+    }
     /// Objects of this size or larger cost as much as a page: zram stores them raw.
     fn huge_class_size(&self) -> usize;
     /// Bookkeeping bytes outside `total_pages` (handle tables, records, indexes).
@@ -165,6 +170,9 @@ impl Backend for Pool {
     }
     fn freeable_pages(&self) -> usize {
         Pool::freeable_pages(self)
+    }
+    fn compactable_pages(&self) -> usize {
+        Pool::compactable_pages(self)
     }
     fn huge_class_size(&self) -> usize {
         Pool::huge_class_size(self)

@@ -176,7 +176,7 @@ fn fold_run(args: &Args, data: &[u8]) -> anyhow::Result<FoldRun> {
     let base = before.rss as i64 - before.rss_delta;
     let cpu0 = process_cpu_seconds().context("getrusage")?;
     let start = Instant::now();
-    let report = dev.fold();
+    let report = dev.fold()?;
     let wall_s = start.elapsed().as_secs_f64();
     let cpu_s = process_cpu_seconds().context("getrusage")? - cpu0;
     let mm = dev.mm_stat();

@@ -49,13 +49,16 @@ pub(super) fn store(dev: &Device, name: &str, value: &[u8]) -> Result<(), Device
     match name {
         // As the kernel's compact_store (and seed 004's fold_store): nothing of what was
         // written is read.
-        "fold" => dev.initialized_zram().map(|z| {
-            z.fold();
-        }),
+        "fold" => dev
+            .initialized_zram()
+            .and_then(|z| z.fold().map(drop).map_err(DeviceError::Zram)),
         "dedup" => {
             let on = kstrtoull(value, u64::MAX).map_err(|_| invalid("dedup", value))? != 0;
             dev.update_settings(|s| {
-                s.dedup = on;
+                let mut next = s.clone();
+                next.dedup = on;
+                next.check_allocator()?;
+                *s = next;
                 Ok(())
             })
         }

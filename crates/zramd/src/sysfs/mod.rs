@@ -64,8 +64,8 @@ impl Attr {
 
 /// The attributes, in the order a directory listing shows them: the kernel's (with seed
 /// 004's `fold`), then ours (`unit_size`, `block_state` from the kernel's debugfs, `policy`,
-/// `policy_stat`, `dedup`, `fold_stat`).
-pub const ATTRS: [Attr; 27] = [
+/// `policy_stat`, `dedup`, `fold_stat`, `allocator`).
+pub const ATTRS: [Attr; 28] = [
     Attr::new("disksize", 0o644),
     Attr::new("initstate", 0o444),
     Attr::new("reset", 0o200),
@@ -93,6 +93,7 @@ pub const ATTRS: [Attr; 27] = [
     Attr::new("policy_stat", 0o444),
     Attr::new("dedup", 0o644),
     Attr::new("fold_stat", 0o444),
+    Attr::new("allocator", 0o644),
 ];
 
 /// The attribute with this name.
@@ -115,6 +116,7 @@ pub fn read(dev: &Device, name: &str) -> Result<String, i32> {
         "io_stat" => zram.map_or_else(|| IoStat::default().format(), |z| z.io_stat().format()),
         "debug_stat" => format_debug_stat(),
         "unit_size" => format!("{}\n", dev.settings().unit_size.bytes()),
+        "allocator" => allocator_list(dev.settings().pool.allocator),
         "recomp_algorithm" => params::recomp_algorithm_list(dev),
         "dedup" | "fold_stat" => return fold::read(dev, name),
         _ => return post::read(dev, name),
@@ -134,6 +136,19 @@ fn algorithm_list(current: Algorithm) -> String {
     }
     s.push('\n');
     s
+}
+
+/// The allocators as `allocator` lists them, the chosen one in brackets (as
+/// `comp_algorithm`).
+fn allocator_list(current: zram::Allocator) -> String {
+    let names: Vec<String> = zram::Allocator::ALL
+        .iter()
+        .map(|&a| match a == current {
+            true => format!("[{a}]"),
+            false => a.to_string(),
+        })
+        .collect();
+    format!("{}\n", names.join(" "))
 }
 
 /// Writes an attribute. `Err` carries an errno. The value is what the kernel's `store`
@@ -207,6 +222,20 @@ fn store(dev: &Device, name: &str, value: &[u8]) -> Result<(), DeviceError> {
             zram::config::check_unit_size(bytes)?;
             dev.update_settings(|s| {
                 s.unit_size = zram::Size(bytes);
+                Ok(())
+            })
+        }
+        // Before `disksize`, like `comp_algorithm`; `dedup` needs zsmalloc.
+        "allocator" => {
+            let text = String::from_utf8_lossy(value.strip_suffix(b"\n").unwrap_or(value));
+            let a = text
+                .parse::<zram::Allocator>()
+                .map_err(|_| invalid("allocator", value))?;
+            dev.update_settings(|s| {
+                let mut next = s.clone();
+                next.pool.allocator = a;
+                next.check_allocator()?;
+                *s = next;
                 Ok(())
             })
         }

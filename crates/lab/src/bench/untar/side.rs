@@ -138,7 +138,7 @@ impl Side for Ours {
         let cpu = || crate::sys::process_cpu_seconds().context("getrusage");
         let cpu0 = cpu()?;
         let start = Instant::now();
-        dev.fold();
+        dev.fold()?;
         let wall_s = start.elapsed().as_secs_f64();
         Ok(Some(FoldCost {
             cpu_s: cpu()? - cpu0,
