@@ -54,7 +54,7 @@ use crate::handle::Handle;
 use crate::pool::check_size;
 use crate::sync::{AtomicUsize, Mutex};
 use crate::sys::{HeapObject, PAGE_SIZE, malloc_trim};
-use crate::zbud::{oom, zsmalloc_huge_class_size};
+use crate::zbud::{oom, reserve_one, zsmalloc_huge_class_size};
 
 /// Bytes malloc keeps in front of each chunk it hands out (glibc: the chunk's size word).
 pub const MALLOC_CHUNK_HEADER: usize = std::mem::size_of::<usize>();
@@ -188,7 +188,7 @@ impl Backend for SysMalloc {
                 if entry >= u32::MAX as usize {
                     return Err(Error::TooManyObjects);
                 }
-                table.entries.try_reserve(1).map_err(oom)?;
+                reserve_one(&mut table.entries)?;
                 // Room to queue every entry as free, so that `free` never allocates.
                 let queued = table.free.len();
                 table.free.try_reserve(entry + 1 - queued).map_err(oom)?;

@@ -247,7 +247,7 @@ impl Zbud {
         if slot as u64 > SLOT_MASK {
             return Err(Error::TooManyObjects);
         }
-        inner.slots.try_reserve(1).map_err(oom)?;
+        reserve_one(&mut inner.slots)?;
         // Room to queue every slot as free, so that `free` never allocates.
         let queued = inner.free_slots.len();
         inner
@@ -263,6 +263,16 @@ impl Zbud {
         });
         Ok(slot)
     }
+}
+
+/// Room for one more element in a table, growing it by an eighth (at least 64) rather than
+/// doubling it: the capacity is reported in `metadata_bytes`, and should not run far ahead
+/// of what is used (and resident). A failure is [`Error::OutOfMemory`], not an abort.
+pub(crate) fn reserve_one<T>(v: &mut Vec<T>) -> Result<()> {
+    if v.len() == v.capacity() {
+        v.try_reserve_exact((v.len() / 8).max(64)).map_err(oom)?;
+    }
+    Ok(())
 }
 
 /// An allocation failure of the bookkeeping, as an error.
