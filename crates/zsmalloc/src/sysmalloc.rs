@@ -111,6 +111,9 @@ struct Entry {
     generation: u32,
 }
 
+// What the docs count as an entry's bookkeeping (on 64-bit targets).
+const _: () = assert!(std::mem::size_of::<Entry>() <= 24);
+
 #[derive(Debug, Default)]
 struct Table {
     entries: Vec<Entry>,

@@ -3,16 +3,16 @@
 //!
 //! # Representation
 //!
-//! Every page is a 1-page [`PageRun`] of the pool's [`PageSource`], held in a *slot* of one
-//! slot table. A page holds a *first* buddy, which starts at the page's start, and a *last*
+//! Every page is a 1-page [`PageRun`] of the pool's [`PageSource`], held in a *frame* of one
+//! frame table. A page holds a *first* buddy, which starts at the page's start, and a *last*
 //! buddy, which ends at the page's end; either may be missing. Sizes are counted in 64-byte
 //! chunks; the headers the kernel keeps in the page's first chunk live out of band here
-//! (in the slot), so a page has 64 chunks and a 4096-byte object takes a page alone. Two
+//! (in the frame), so a page has 64 chunks and a 4096-byte object takes a page alone. Two
 //! objects share a page when their chunks add up to at most 64 (2048 + 2048 do, 2100 + 2100
 //! do not).
 //!
 //! A page with exactly one buddy and some free chunks is on the *unbuddied* list of its
-//! free-chunk count (1..=63), a doubly linked list through the slots, newest first.
+//! free-chunk count (1..=63), a doubly linked list through the frames, newest first.
 //! `malloc` of `n` chunks takes the first page of the first non-empty list of `n` or more
 //! free chunks (the kernel's order: the smallest sufficient free count first) and fills its
 //! empty buddy; failing that it takes a new page and fills its first buddy. A page whose
@@ -20,29 +20,29 @@
 //! (unless `page_cache_pages` keeps it resident for reuse). zbud never moves objects, so
 //! there is no compaction.
 //!
-//! A [`Handle`] names a slot, a buddy and that buddy's generation:
+//! A [`Handle`] names a frame, a buddy and that buddy's generation:
 //!
 //! ```text
-//!  63     56 55          32 31  30               0
-//! [ magic  ][  generation  ][bud][      slot      ]
-//!   8 bits      24 bits     1 bit     31 bits
+//!  63    56 55        32  31  30         0
+//! [  magic  ][ generation ][bud][   frame   ]
+//!    8 bits     24 bits   1 bit   31 bits
 //! ```
 //!
 //! `magic` is [`HANDLE_MAGIC`] (no zsmalloc or malloc handle has it); freeing a buddy bumps
-//! its generation, and free slots are reused oldest first, so a stale handle is refused
+//! its generation, and free frames are reused oldest first, so a stale handle is refused
 //! (it could only come back after 2^24 reuses of that very buddy).
 //!
 //! # Rules
 //!
-//! - A slot holds a page iff at least one of its buddies is live; its chunks add up to at
+//! - A frame holds a page iff at least one of its buddies is live; its chunks add up to at
 //!   most 64.
 //! - A page is on an unbuddied list iff exactly one buddy is live and it has free chunks,
 //!   and then on the list of its free-chunk count.
-//! - Free slots (no page) are queued for reuse, each once.
+//! - Free frames (no page) are queued for reuse, each once.
 //!
 //! One lock (`Zbud::inner`) protects everything, as the kernel's pool lock does; the page
 //! source's lock is taken under it (a leaf), also to give an emptied page back, so the
-//! pages the slots hold always equal the page source's live pages. Object copies (at most
+//! pages the frames hold always equal the page source's live pages. Object copies (at most
 //! 4 KiB) happen under it.
 
 use std::collections::VecDeque;
@@ -66,17 +66,17 @@ const NCHUNKS: usize = PAGE_SIZE / CHUNK_SIZE;
 const MAGIC_BITS: u32 = 8;
 const GEN_BITS: u32 = 24;
 const BUD_BITS: u32 = 1;
-const SLOT_BITS: u32 = 31;
-const _: () = assert!(MAGIC_BITS + GEN_BITS + BUD_BITS + SLOT_BITS == 64);
-const SLOT_SHIFT: u32 = 0;
-const BUD_SHIFT: u32 = SLOT_SHIFT + SLOT_BITS;
+const FRAME_BITS: u32 = 31;
+const _: () = assert!(MAGIC_BITS + GEN_BITS + BUD_BITS + FRAME_BITS == 64);
+const FRAME_SHIFT: u32 = 0;
+const BUD_SHIFT: u32 = FRAME_SHIFT + FRAME_BITS;
 const GEN_SHIFT: u32 = BUD_SHIFT + BUD_BITS;
 const MAGIC_SHIFT: u32 = GEN_SHIFT + GEN_BITS;
 const GEN_MASK: u32 = (1 << GEN_BITS) - 1;
-const SLOT_MASK: u64 = (1 << SLOT_BITS) - 1;
+const FRAME_MASK: u64 = (1 << FRAME_BITS) - 1;
 /// Top byte of every zbud handle ('Z').
 const HANDLE_MAGIC: u64 = 0x5A;
-/// "No slot": the end of a list.
+/// "No frame": the end of a list.
 const NONE: u32 = u32::MAX;
 
 const FIRST: usize = 0;
@@ -87,30 +87,30 @@ fn chunks(size: usize) -> usize {
     size.div_ceil(CHUNK_SIZE)
 }
 
-fn encode(slot: u32, bud: usize, generation: u32) -> Handle {
+fn encode(frame: u32, bud: usize, generation: u32) -> Handle {
     Handle::from_raw(
         (HANDLE_MAGIC << MAGIC_SHIFT)
             | (u64::from(generation) << GEN_SHIFT)
             | ((bud as u64) << BUD_SHIFT)
-            | (u64::from(slot) << SLOT_SHIFT),
+            | (u64::from(frame) << FRAME_SHIFT),
     )
 }
 
-/// `(slot, bud, generation)`, or `None` when the magic is wrong.
+/// `(frame, bud, generation)`, or `None` when the magic is wrong.
 fn decode(handle: Handle) -> Option<(usize, usize, u32)> {
     let raw = handle.to_raw();
     if raw >> MAGIC_SHIFT != HANDLE_MAGIC {
         return None;
     }
-    let slot = (raw & SLOT_MASK) as usize;
+    let frame = (raw & FRAME_MASK) as usize;
     let bud = ((raw >> BUD_SHIFT) & 1) as usize;
     let generation = ((raw >> GEN_SHIFT) as u32) & GEN_MASK;
-    Some((slot, bud, generation))
+    Some((frame, bud, generation))
 }
 
-/// A page and its two buddies (or a free slot, without a page).
+/// A page and its two buddies (or a free frame, without a page).
 #[derive(Debug)]
-struct Slot {
+struct Frame {
     page: Option<PageRun>,
     /// Each buddy's size in bytes; 0 = no object.
     size: [u16; 2],
@@ -121,7 +121,10 @@ struct Slot {
     next: u32,
 }
 
-impl Slot {
+// What the docs count as a frame's bookkeeping (on 64-bit targets).
+const _: () = assert!(std::mem::size_of::<Frame>() <= 48);
+
+impl Frame {
     fn used_chunks(&self) -> usize {
         chunks(usize::from(self.size[FIRST])) + chunks(usize::from(self.size[LAST]))
     }
@@ -154,47 +157,47 @@ impl Slot {
 
 #[derive(Debug)]
 struct Inner {
-    slots: Vec<Slot>,
-    /// Slots without a page, oldest first.
-    free_slots: VecDeque<u32>,
+    frames: Vec<Frame>,
+    /// Frames without a page, oldest first.
+    free_frames: VecDeque<u32>,
     /// Heads of the unbuddied lists, by free chunks (index 0 unused).
     unbuddied: [u32; NCHUNKS],
     objects: usize,
 }
 
 impl Inner {
-    fn unlink(&mut self, slot: usize, list: usize) {
-        let (prev, next) = (self.slots[slot].prev, self.slots[slot].next);
+    fn unlink(&mut self, frame: usize, list: usize) {
+        let (prev, next) = (self.frames[frame].prev, self.frames[frame].next);
         if prev == NONE {
             self.unbuddied[list] = next;
         } else {
-            self.slots[prev as usize].next = next;
+            self.frames[prev as usize].next = next;
         }
         if next != NONE {
-            self.slots[next as usize].prev = prev;
+            self.frames[next as usize].prev = prev;
         }
-        self.slots[slot].prev = NONE;
-        self.slots[slot].next = NONE;
+        self.frames[frame].prev = NONE;
+        self.frames[frame].next = NONE;
     }
 
     /// Puts the page at the head of the list it belongs on (if any).
-    fn relist(&mut self, slot: usize) {
-        if let Some(list) = self.slots[slot].list() {
+    fn relist(&mut self, frame: usize) {
+        if let Some(list) = self.frames[frame].list() {
             let head = self.unbuddied[list];
-            self.slots[slot].prev = NONE;
-            self.slots[slot].next = head;
+            self.frames[frame].prev = NONE;
+            self.frames[frame].next = head;
             if head != NONE {
-                self.slots[head as usize].prev = slot as u32;
+                self.frames[head as usize].prev = frame as u32;
             }
-            self.unbuddied[list] = slot as u32;
+            self.unbuddied[list] = frame as u32;
         }
     }
 
-    /// The live slot and buddy `handle` names.
+    /// The live frame and buddy `handle` names.
     fn resolve(&self, handle: Handle) -> Result<(usize, usize)> {
-        let (slot, bud, generation) = decode(handle).ok_or(Error::StaleHandle(handle))?;
-        match self.slots.get(slot) {
-            Some(s) if s.size[bud] != 0 && s.generation[bud] == generation => Ok((slot, bud)),
+        let (frame, bud, generation) = decode(handle).ok_or(Error::StaleHandle(handle))?;
+        match self.frames.get(frame) {
+            Some(s) if s.size[bud] != 0 && s.generation[bud] == generation => Ok((frame, bud)),
             _ => Err(Error::StaleHandle(handle)),
         }
     }
@@ -226,8 +229,8 @@ impl Zbud {
     pub fn with_config(config: PoolConfig) -> Result<Self> {
         Ok(Self {
             inner: Mutex::new(Inner {
-                slots: Vec::new(),
-                free_slots: VecDeque::new(),
+                frames: Vec::new(),
+                free_frames: VecDeque::new(),
                 unbuddied: [NONE; NCHUNKS],
                 objects: 0,
             }),
@@ -236,32 +239,32 @@ impl Zbud {
         })
     }
 
-    /// A new page in a slot (a reused one, oldest free first); returns the slot.
+    /// A new page in a frame (a reused one, oldest free first); returns the frame.
     fn new_page(&self, inner: &mut Inner) -> Result<usize> {
         let page = self.source.alloc(1)?;
-        if let Some(slot) = inner.free_slots.pop_front() {
-            inner.slots[slot as usize].page = Some(page);
-            return Ok(slot as usize);
+        if let Some(frame) = inner.free_frames.pop_front() {
+            inner.frames[frame as usize].page = Some(page);
+            return Ok(frame as usize);
         }
-        let slot = inner.slots.len();
-        if slot as u64 > SLOT_MASK {
+        let frame = inner.frames.len();
+        if frame as u64 > FRAME_MASK {
             return Err(Error::TooManyObjects);
         }
-        reserve_one(&mut inner.slots)?;
-        // Room to queue every slot as free, so that `free` never allocates.
-        let queued = inner.free_slots.len();
+        reserve_one(&mut inner.frames)?;
+        // Room to queue every frame as free, so that `free` never allocates.
+        let queued = inner.free_frames.len();
         inner
-            .free_slots
-            .try_reserve(slot + 1 - queued)
+            .free_frames
+            .try_reserve(frame + 1 - queued)
             .map_err(oom)?;
-        inner.slots.push(Slot {
+        inner.frames.push(Frame {
             page: Some(page),
             size: [0; 2],
             generation: [0; 2],
             prev: NONE,
             next: NONE,
         });
-        Ok(slot)
+        Ok(frame)
     }
 }
 
@@ -290,20 +293,20 @@ impl Backend for Zbud {
         let need = chunks(size);
         let mut inner = self.inner.lock();
         let found = (need..NCHUNKS).find(|&free| inner.unbuddied[free] != NONE);
-        let (slot, bud) = match found {
+        let (frame, bud) = match found {
             Some(list) => {
-                let slot = inner.unbuddied[list] as usize;
-                inner.unlink(slot, list);
-                let bud = if inner.slots[slot].size[FIRST] == 0 {
+                let frame = inner.unbuddied[list] as usize;
+                inner.unlink(frame, list);
+                let bud = if inner.frames[frame].size[FIRST] == 0 {
                     FIRST
                 } else {
                     LAST
                 };
-                (slot, bud)
+                (frame, bud)
             }
             None => (self.new_page(&mut inner)?, FIRST),
         };
-        let s = &mut inner.slots[slot];
+        let s = &mut inner.frames[frame];
         s.size[bud] = size as u16;
         let generation = s.generation[bud];
         let range = s.range(bud);
@@ -311,15 +314,15 @@ impl Backend for Zbud {
             // A reused page (or half) holds old bytes: objects start zeroed.
             page.bytes_mut()[range].fill(0);
         }
-        inner.relist(slot);
+        inner.relist(frame);
         inner.objects += 1;
-        Ok(encode(slot as u32, bud, generation))
+        Ok(encode(frame as u32, bud, generation))
     }
 
     fn write(&self, handle: Handle, data: &[u8]) -> Result<()> {
         let mut inner = self.inner.lock();
-        let (slot, bud) = inner.resolve(handle)?;
-        let s = &mut inner.slots[slot];
+        let (frame, bud) = inner.resolve(handle)?;
+        let s = &mut inner.frames[frame];
         let range = s.range(bud);
         if data.len() > range.len() {
             return Err(Error::TooLarge {
@@ -334,8 +337,8 @@ impl Backend for Zbud {
 
     fn read_with(&self, handle: Handle, len: usize, f: &mut dyn FnMut(&[u8])) -> Result<()> {
         let inner = self.inner.lock();
-        let (slot, bud) = inner.resolve(handle)?;
-        let s = &inner.slots[slot];
+        let (frame, bud) = inner.resolve(handle)?;
+        let s = &inner.frames[frame];
         let range = s.range(bud);
         if len > range.len() {
             return Err(Error::TooLarge {
@@ -351,22 +354,22 @@ impl Backend for Zbud {
     fn free(&self, handle: Handle) -> Result<()> {
         let mut inner = self.inner.lock();
         {
-            let (slot, bud) = inner.resolve(handle)?;
-            if let Some(list) = inner.slots[slot].list() {
-                inner.unlink(slot, list);
+            let (frame, bud) = inner.resolve(handle)?;
+            if let Some(list) = inner.frames[frame].list() {
+                inner.unlink(frame, list);
             }
-            let s = &mut inner.slots[slot];
+            let s = &mut inner.frames[frame];
             s.size[bud] = 0;
             s.generation[bud] = (s.generation[bud] + 1) & GEN_MASK;
             inner.objects -= 1;
-            if inner.slots[slot].live_buddies() == 0 {
-                // Reserved in `new_page`: the queue holds every slot at most once.
-                inner.free_slots.push_back(slot as u32);
+            if inner.frames[frame].live_buddies() == 0 {
+                // Reserved in `new_page`: the queue holds every frame at most once.
+                inner.free_frames.push_back(frame as u32);
                 // The emptied page goes back to the page source (a leaf lock) under the
-                // pool lock, so that `total_pages` and the slots always agree.
-                drop(inner.slots[slot].page.take());
+                // pool lock, so that `total_pages` and the frames always agree.
+                drop(inner.frames[frame].page.take());
             } else {
-                inner.relist(slot);
+                inner.relist(frame);
             }
         }
         Ok(())
@@ -393,8 +396,8 @@ impl Backend for Zbud {
     fn metadata_bytes(&self) -> usize {
         let inner = self.inner.lock();
         std::mem::size_of::<Self>()
-            + inner.slots.capacity() * std::mem::size_of::<Slot>()
-            + inner.free_slots.capacity() * std::mem::size_of::<u32>()
+            + inner.frames.capacity() * std::mem::size_of::<Frame>()
+            + inner.free_frames.capacity() * std::mem::size_of::<u32>()
     }
 
     fn pages_compacted(&self) -> u64 {
@@ -422,32 +425,32 @@ impl Backend for Zbud {
         let inner = self.inner.lock();
         let mut pages = 0;
         let mut objects = 0;
-        let mut free = vec![false; inner.slots.len()];
-        for &slot in &inner.free_slots {
+        let mut free = vec![false; inner.frames.len()];
+        for &frame in &inner.free_frames {
             let seen = free
-                .get_mut(slot as usize)
-                .ok_or(format!("free slot {slot} out of range"))?;
+                .get_mut(frame as usize)
+                .ok_or(format!("free frame {frame} out of range"))?;
             if std::mem::replace(seen, true) {
-                return Err(format!("slot {slot} queued free twice"));
+                return Err(format!("frame {frame} queued free twice"));
             }
         }
-        for (i, s) in inner.slots.iter().enumerate() {
+        for (i, s) in inner.frames.iter().enumerate() {
             let live = s.live_buddies();
             if s.size.iter().any(|&b| usize::from(b) > MAX_ALLOC_SIZE) {
-                return Err(format!("slot {i}: a buddy over a page"));
+                return Err(format!("frame {i}: a buddy over a page"));
             }
             if s.used_chunks() > NCHUNKS {
-                return Err(format!("slot {i}: {} chunks in a page", s.used_chunks()));
+                return Err(format!("frame {i}: {} chunks in a page", s.used_chunks()));
             }
             if s.page.is_some() != (live > 0) {
                 return Err(format!(
-                    "slot {i}: page held {} with {live} buddies",
+                    "frame {i}: page held {} with {live} buddies",
                     s.page.is_some()
                 ));
             }
             if free[i] == (live > 0) {
                 return Err(format!(
-                    "slot {i}: free-queued {} with {live} buddies",
+                    "frame {i}: free-queued {} with {live} buddies",
                     free[i]
                 ));
             }
@@ -459,20 +462,20 @@ impl Backend for Zbud {
             let (mut prev, mut at) = (NONE, head);
             while at != NONE {
                 let s = inner
-                    .slots
+                    .frames
                     .get(at as usize)
-                    .ok_or(format!("list {list}: slot {at} out of range"))?;
+                    .ok_or(format!("list {list}: frame {at} out of range"))?;
                 if s.list() != Some(list) || s.prev != prev {
-                    return Err(format!("list {list}: slot {at} misplaced or mislinked"));
+                    return Err(format!("list {list}: frame {at} misplaced or mislinked"));
                 }
                 listed += 1;
-                if listed > inner.slots.len() {
+                if listed > inner.frames.len() {
                     return Err(format!("list {list} loops"));
                 }
                 (prev, at) = (at, s.next);
             }
         }
-        let should = inner.slots.iter().filter(|s| s.list().is_some()).count();
+        let should = inner.frames.iter().filter(|s| s.list().is_some()).count();
         if listed != should {
             return Err(format!(
                 "{listed} pages listed unbuddied, {should} should be"

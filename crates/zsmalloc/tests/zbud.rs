@@ -77,7 +77,7 @@ fn freeing_both_buddies_gives_the_page_back() {
     z.free(b).unwrap();
     assert_eq!(z.total_pages(), 1, "both buddies freed: the page is gone");
     assert_eq!(z.cached_pages(), 0);
-    // The freed handles stay refused, also once their slot holds new objects.
+    // The freed handles stay refused, also once their frame holds new objects.
     let d = z.malloc(1000).unwrap();
     let e = z.malloc(4096).unwrap();
     for stale in [a, b] {
