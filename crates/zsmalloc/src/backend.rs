@@ -1,16 +1,15 @@
 //! The interface every object store offers, so that zram runs on zsmalloc or on an
 //! alternative allocator (afmalloc, zbud, plain malloc) and the lab can compare them:
-//! [`Backend`], and [`open`], which builds the one a [`PoolConfig`] names.
+//! [`Backend`] (and its implementation for zsmalloc's [`Pool`]). [`crate::open`] (in
+//! `open.rs`, so that the allocators' files, which implement this trait, are not imported
+//! back from here) builds the one a `PoolConfig` names.
 //!
 //! Sharing (several handles naming one object: [`Backend::share`], inline deduplication,
 //! folding) is zsmalloc's; the other allocators keep the defaults below, under which every
 //! object has exactly one handle and the sharing operations answer
 //! [`Error::Unsupported`]. zram refuses `dedup` and `fold` on them up front.
 
-use std::sync::Arc;
-
 use crate::allocator::Allocator;
-use crate::config::PoolConfig;
 use crate::error::{Error, Result};
 use crate::fold::{FoldReport, ShareStats};
 use crate::handle::Handle;
@@ -126,17 +125,6 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
             allocator: self.allocator().name(),
             what,
         }
-    }
-}
-
-/// Builds the allocator `config` names, with the settings of `config` that apply to it.
-pub fn open(config: PoolConfig) -> Result<Arc<dyn Backend>> {
-    match config.allocator {
-        Allocator::Zsmalloc => Ok(Arc::new(Pool::with_config(config)?)),
-        other => Err(Error::Unsupported {
-            allocator: other.name(),
-            what: "devices yet",
-        }),
     }
 }
 

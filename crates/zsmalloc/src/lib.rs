@@ -46,19 +46,27 @@ pub mod pool;
 mod share;
 pub mod stats;
 
+// The other allocators.
+mod sysmalloc;
+mod zbud;
+
 // Errors, and the interface every allocator offers.
 pub mod backend;
 mod error;
+mod open;
 
 pub use allocator::Allocator;
-pub use backend::{Backend, open};
+pub use backend::Backend;
 pub use class::{ClassGeometry, ClassTable, Geometry};
 pub use config::{DEFAULT_PAGE_CACHE_PAGES, PoolConfig};
 pub use error::{Error, Result};
 pub use fold::{FoldReport, ShareStats};
 pub use handle::Handle;
+pub use open::open;
 pub use pool::Pool;
 #[doc(hidden)]
 pub use shard::pin_malloc_shard;
 pub use stats::{ClassStats, PoolStats, format_class_table};
 pub use sys::PAGE_SIZE;
+pub use sysmalloc::{MALLOC_CHUNK_HEADER, SysMalloc};
+pub use zbud::{CHUNK_SIZE as ZBUD_CHUNK_SIZE, Zbud};

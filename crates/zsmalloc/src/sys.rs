@@ -1,4 +1,5 @@
-//! The only module of this crate with `unsafe` code: anonymous memory from the OS.
+//! The only module of this crate with `unsafe` code: anonymous memory from the OS, and
+//! objects on the system heap (`malloc`).
 //!
 //! # Safety
 //!
@@ -12,6 +13,8 @@
 //!   aliasing rules on the run carry over to the memory.
 //! - When a run is dropped, its pages are given back to the OS (`MADV_DONTNEED`, so they
 //!   read as zeroes afterwards) before the range is recorded as free for reuse.
+//! - A [`HeapObject`] is the unique owner of one live `malloc` allocation of `len`
+//!   initialised bytes, freed exactly once, when it is dropped.
 
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -363,6 +366,78 @@ impl PageRun {
 impl Drop for PageRun {
     fn drop(&mut self) {
         self.source.release(self.ptr, self.pages);
+    }
+}
+
+/// One object on the system heap: `len` bytes from `malloc`, owned uniquely, `free`d on
+/// drop. Made with `malloc` itself rather than Rust's global allocator, so that
+/// [`HeapObject::usable_size`] (`malloc_usable_size`) is sound whatever global allocator
+/// the final program installs.
+#[derive(Debug)]
+pub struct HeapObject {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a HeapObject uniquely owns its allocation, like a Box<[u8]>.
+unsafe impl Send for HeapObject {}
+// SAFETY: shared access only lends `&[u8]`, like `&Box<[u8]>`.
+unsafe impl Sync for HeapObject {}
+
+impl HeapObject {
+    /// `len` (1..) zeroed bytes from `malloc`, or `None` when it refuses. Zeroed by writing,
+    /// so the memory is resident, as the pool reports it.
+    pub fn zeroed(len: usize) -> Option<Self> {
+        if len == 0 {
+            return None;
+        }
+        // SAFETY: plain `malloc` of a non-zero size; a null result is handled below.
+        let ptr = NonNull::new(unsafe { libc::malloc(len) }.cast::<u8>())?;
+        // SAFETY: `ptr` is a fresh allocation of `len` bytes that nothing else knows of.
+        unsafe { ptr.as_ptr().write_bytes(0, len) };
+        Some(Self { ptr, len })
+    }
+
+    /// The object's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: `ptr` is a live allocation of `len` initialised bytes owned by `self`; the
+        // borrow of `self` excludes `&mut` access and keeps it alive.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The object's bytes, mutably.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`, and `&mut self` makes this the only access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// Bytes `malloc` set aside for the object (`malloc_usable_size`: its size rounded up
+    /// to malloc's granularity, without malloc's own chunk header).
+    pub fn usable_size(&self) -> usize {
+        // SAFETY: `ptr` came from `malloc` and is not freed yet (freed only on drop).
+        unsafe { libc::malloc_usable_size(self.ptr.as_ptr().cast()) }
+    }
+}
+
+impl Drop for HeapObject {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` came from `malloc`, is freed once, here, and no borrow outlives
+        // `self`.
+        unsafe { libc::free(self.ptr.as_ptr().cast()) };
+    }
+}
+
+/// Asks malloc to give the free memory of its heaps back to the OS (`malloc_trim(0)`);
+/// returns whether it released any (all glibc says). Without glibc: nothing, `false`.
+pub fn malloc_trim() -> bool {
+    #[cfg(target_env = "gnu")]
+    {
+        // SAFETY: `malloc_trim` only touches malloc's free memory and its own state.
+        unsafe { libc::malloc_trim(0) != 0 }
+    }
+    #[cfg(not(target_env = "gnu"))]
+    {
+        false
     }
 }
 
