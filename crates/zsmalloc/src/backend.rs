@@ -9,6 +9,7 @@
 
 use std::sync::Arc;
 
+use crate::afmalloc::Afmalloc;
 use crate::allocator::Allocator;
 use crate::config::PoolConfig;
 use crate::error::{Error, Result};
@@ -128,6 +129,7 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
 pub fn open(config: PoolConfig) -> Result<Arc<dyn Backend>> {
     match config.allocator {
         Allocator::Zsmalloc => Ok(Arc::new(Pool::with_config(config)?)),
+        Allocator::Afmalloc => Ok(Arc::new(Afmalloc::with_config(config)?)),
         other => Err(Error::Unsupported {
             allocator: other.name(),
             what: "devices yet",

@@ -46,10 +46,14 @@ pub mod pool;
 mod share;
 pub mod stats;
 
+// The alternative allocators.
+pub mod afmalloc;
+
 // Errors, and the interface every allocator offers.
 pub mod backend;
 mod error;
 
+pub use afmalloc::Afmalloc;
 pub use allocator::Allocator;
 pub use backend::{Backend, open};
 pub use class::{ClassGeometry, ClassTable, Geometry};

@@ -1,0 +1,294 @@
+//! afmalloc (seed 003): objects built from power-of-two chunks of page-backed chunk caches,
+//! named by a handle to a record of their chunks; compaction moves chunks out of sparse
+//! slabs so that whole slabs go back to the OS.
+//!
+//! # Representation
+//!
+//! - Memory comes in one-page *slabs* ([`PageRun`](crate::sys::PageRun)s of one page from
+//!   the allocator's [`PageSource`]), each serving chunks of one power-of-two size: 8, 16,
+//!   …, 4096 bytes, the ten *chunk caches* (`slab.rs`). A page holds a whole number of
+//!   chunks, so no page has a tail it cannot use (zsmalloc's zspages do).
+//! - An object of `n` bytes takes the chunks of `n` rounded up to 8 written in binary,
+//!   largest first: 400 bytes take 256 + 128 + 16; its bytes are laid out across them in
+//!   that order (`heap.rs`). Its footprint is `n` rounded up to 8.
+//! - Its handle names an entry of a handle table (`table.rs`): one `u64` per object. An
+//!   object of one chunk (a power-of-two size in 8-byte units) has the chunk's place in its
+//!   word (the seed's tagged handle); any other has its size and the offset of a *record*
+//!   in a record store (`records.rs`): one `u32` location (slab id, chunk index) per chunk.
+//!   Metadata per object: 8 bytes for a one-chunk object, `8 + 4 × chunks` otherwise (a
+//!   1–2 KiB object has 1 to 8 chunks, 4.5 on average: 26 bytes), plus the slabs'
+//!   bookkeeping (40 bytes per 4 KiB slab, under 1%) and the spare capacity of these
+//!   vectors, all counted in [`Backend::metadata_bytes`].
+//! - The allocator is split into up to 16 *heaps* (one per CPU by default, or
+//!   `PoolConfig::shards`), each a handle table, a record store and ten chunk caches under
+//!   one lock. A thread allocates from its own heap (taking another that is free when its
+//!   own is busy); an object stays in its heap for life, and its handle names the heap.
+//!
+//! # Rules
+//!
+//! Lock order: a heap lock, then the page-source lock (a leaf, taken when a slab is made or
+//! dropped). At most one heap lock is held at a time, by every operation, compaction
+//! included, which takes each heap's lock in turn for a whole pass over it: a chunk is
+//! copied and its owner's word or record updated under the same lock every reader and
+//! writer of the object takes, so no one sees it half moved. `read_with` copies the object
+//! out under the lock and calls its closure after letting go, so the closure may use the
+//! allocator. The object and page counters are atomics, under no lock.
+//!
+//! Sharing objects (several handles to one object) is zsmalloc's: afmalloc keeps the
+//! [`Backend`] defaults, which refuse it.
+
+mod check;
+mod compact;
+mod heap;
+mod records;
+mod slab;
+mod table;
+
+use std::cell::Cell;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use crossbeam_utils::CachePadded;
+
+use crate::allocator::Allocator;
+use crate::backend::Backend;
+use crate::class::{ClassTable, MAX_CHAIN_SIZE, MIN_CHAIN_SIZE};
+use crate::config::PoolConfig;
+use crate::error::{Error, Result};
+use crate::handle::Handle;
+use crate::sync::{AtomicU64, AtomicUsize, Mutex, MutexGuard};
+use crate::sys::{PAGE_SIZE, PageSource};
+use heap::Heap;
+use slab::{MIN_CHUNK, units};
+use table::MAX_HEAPS;
+
+/// The afmalloc allocator (see the module docs).
+#[derive(Debug)]
+pub struct Afmalloc {
+    heaps: Box<[CachePadded<Mutex<Heap>>]>,
+    source: Arc<PageSource>,
+    huge_class_size: usize,
+    objects: AtomicUsize,
+    pages_compacted: AtomicU64,
+}
+
+thread_local! {
+    /// This thread's heap (an index to reduce modulo the heap count), once it has one.
+    static HOME: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+/// The next thread's heap.
+static NEXT_HOME: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+impl Afmalloc {
+    /// An allocator with `config`'s page settings (`populate`, `page_cache_pages`), its
+    /// heap count (`shards`) and, so that devices store the same streams on every
+    /// allocator, zsmalloc's huge-class watermark for its layout (`chain_size`, `geometry`,
+    /// `header`).
+    pub fn with_config(config: PoolConfig) -> Result<Self> {
+        if !(MIN_CHAIN_SIZE..=MAX_CHAIN_SIZE).contains(&config.chain_size) {
+            return Err(Error::InvalidChainSize(config.chain_size));
+        }
+        let huge_class_size =
+            ClassTable::with_layout(config.chain_size, config.geometry, config.header)
+                .huge_class_size();
+        let heaps = match config.shards {
+            0 => std::thread::available_parallelism().map_or(1, usize::from),
+            n => n,
+        }
+        .clamp(1, MAX_HEAPS);
+        Ok(Self {
+            heaps: (0..heaps)
+                .map(|_| CachePadded::new(Mutex::new(Heap::new())))
+                .collect(),
+            source: PageSource::new(config.populate, config.page_cache_pages),
+            huge_class_size,
+            objects: AtomicUsize::new(0),
+            pages_compacted: AtomicU64::new(0),
+        })
+    }
+
+    /// A heap to allocate from, locked: this thread's, or the next free one when that is
+    /// busy, or this thread's after waiting.
+    fn home(&self) -> (usize, MutexGuard<'_, Heap>) {
+        let n = self.heaps.len();
+        let home = HOME.with(|h| {
+            h.get().unwrap_or_else(|| {
+                let home = NEXT_HOME.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                h.set(Some(home));
+                home
+            })
+        }) % n;
+        for i in 0..n {
+            let at = (home + i) % n;
+            if let Some(heap) = self.heaps[at].try_lock() {
+                return (at, heap);
+            }
+        }
+        (home, self.heaps[home].lock())
+    }
+
+    /// The heap a handle names, locked, with the handle's entry and generation; an error
+    /// for a handle of no heap.
+    fn heap_of(&self, handle: Handle) -> Result<(MutexGuard<'_, Heap>, u32, u64)> {
+        let (heap, generation, entry) = table::decode(handle).ok_or(Error::StaleHandle(handle))?;
+        let heap = self.heaps.get(heap).ok_or(Error::StaleHandle(handle))?;
+        Ok((heap.lock(), entry, generation))
+    }
+
+    /// Heaps in use.
+    pub fn heaps(&self) -> usize {
+        self.heaps.len()
+    }
+
+    /// Chunks of each size in use (8, 16, …, 4096 bytes), over all heaps.
+    pub fn chunks_in_use(&self) -> [usize; 10] {
+        let mut out = [0; 10];
+        for heap in self.heaps.iter() {
+            let heap = heap.lock();
+            for (n, cache) in out.iter_mut().zip(&heap.caches) {
+                *n += cache.used();
+            }
+        }
+        out
+    }
+}
+
+impl Backend for Afmalloc {
+    fn allocator(&self) -> Allocator {
+        Allocator::Afmalloc
+    }
+
+    fn malloc(&self, size: usize) -> Result<Handle> {
+        if !(1..=PAGE_SIZE).contains(&size) {
+            return Err(Error::InvalidSize(size));
+        }
+        let (at, mut heap) = self.home();
+        let (entry, generation) = heap.malloc(size, &self.source)?;
+        drop(heap);
+        self.objects.fetch_add(1, Ordering::Relaxed);
+        Ok(table::encode(at, generation, entry))
+    }
+
+    fn write(&self, handle: Handle, data: &[u8]) -> Result<()> {
+        let (mut heap, entry, generation) = self.heap_of(handle)?;
+        let object = heap
+            .lookup(entry, generation)
+            .ok_or(Error::StaleHandle(handle))?;
+        heap.write(object, data)
+    }
+
+    fn read_with(&self, handle: Handle, len: usize, f: &mut dyn FnMut(&[u8])) -> Result<()> {
+        let mut buf = [0u8; PAGE_SIZE];
+        {
+            let (heap, entry, generation) = self.heap_of(handle)?;
+            let object = heap
+                .lookup(entry, generation)
+                .ok_or(Error::StaleHandle(handle))?;
+            if len > object.size() {
+                return Err(Error::TooLarge {
+                    len,
+                    capacity: object.size(),
+                });
+            }
+            heap.read(object, &mut buf[..len])?;
+        }
+        f(&buf[..len]);
+        Ok(())
+    }
+
+    fn read(&self, handle: Handle, buf: &mut [u8]) -> Result<()> {
+        let (heap, entry, generation) = self.heap_of(handle)?;
+        let object = heap
+            .lookup(entry, generation)
+            .ok_or(Error::StaleHandle(handle))?;
+        heap.read(object, buf)
+    }
+
+    fn free(&self, handle: Handle) -> Result<()> {
+        let (mut heap, entry, generation) = self.heap_of(handle)?;
+        let object = heap
+            .lookup(entry, generation)
+            .ok_or(Error::StaleHandle(handle))?;
+        heap.free(entry, object);
+        drop(heap);
+        self.objects.fetch_sub(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn compact(&self) -> usize {
+        let freed: usize = self
+            .heaps
+            .iter()
+            .map(|heap| heap.lock().compact(&self.source))
+            .sum();
+        self.pages_compacted
+            .fetch_add(freed as u64, Ordering::Relaxed);
+        freed
+    }
+
+    fn total_pages(&self) -> usize {
+        self.source.pages_live()
+    }
+
+    fn freeable_pages(&self) -> usize {
+        self.heaps.iter().map(|heap| heap.lock().freeable()).sum()
+    }
+
+    fn huge_class_size(&self) -> usize {
+        self.huge_class_size
+    }
+
+    fn metadata_bytes(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self.heaps.len() * std::mem::size_of::<CachePadded<Mutex<Heap>>>()
+            + self
+                .heaps
+                .iter()
+                .map(|heap| heap.lock().metadata_bytes())
+                .sum::<usize>()
+    }
+
+    fn pages_compacted(&self) -> u64 {
+        self.pages_compacted.load(Ordering::Relaxed)
+    }
+
+    fn objects(&self) -> usize {
+        self.objects.load(Ordering::Relaxed)
+    }
+
+    fn footprint(&self, size: usize) -> Result<usize> {
+        if !(1..=PAGE_SIZE).contains(&size) {
+            return Err(Error::InvalidSize(size));
+        }
+        Ok(units(size) * MIN_CHUNK)
+    }
+
+    fn cached_pages(&self) -> usize {
+        self.source.cached_pages()
+    }
+
+    fn trim(&self) -> usize {
+        self.source.trim()
+    }
+
+    fn check_invariants(&self) -> std::result::Result<(), String> {
+        let mut live = 0;
+        let mut slabs = 0;
+        for (i, heap) in self.heaps.iter().enumerate() {
+            let heap = heap.lock();
+            heap.check().map_err(|e| format!("heap {i}: {e}"))?;
+            live += heap.table.live();
+            slabs += heap.caches.iter().map(|c| c.live_slabs()).sum::<usize>();
+        }
+        let objects = self.objects();
+        if live != objects {
+            return Err(format!("{live} live objects, counted {objects}"));
+        }
+        let pages = self.source.pages_live();
+        if slabs != pages {
+            return Err(format!("{slabs} slabs, {pages} pages held"));
+        }
+        Ok(())
+    }
+}
