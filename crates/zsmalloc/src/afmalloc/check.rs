@@ -102,8 +102,8 @@ fn check_cache(cache: &Cache) -> Result<HashSet<u32>, String> {
     let mut in_use = HashSet::new();
     let mut live_slabs = 0;
     let mut used = 0;
-    for (id, slab) in cache.slabs().iter().enumerate() {
-        let Some(slab) = slab else {
+    for id in 0..cache.ids() {
+        let Some(slab) = cache.slab(id) else {
             continue;
         };
         live_slabs += 1;
@@ -152,8 +152,8 @@ fn check_cache(cache: &Cache) -> Result<HashSet<u32>, String> {
     }
     let ids: HashSet<u32> = cache.free_ids().iter().copied().collect();
     if ids.len() != cache.free_ids().len()
-        || ids.len() + live_slabs != cache.slabs().len()
-        || ids.iter().any(|&id| cache.slabs()[id as usize].is_some())
+        || ids.len() + live_slabs != cache.ids()
+        || ids.iter().any(|&id| cache.slab(id as usize).is_some())
     {
         return Err(format!(
             "cache {order}: free slab ids disagree with the slabs"

@@ -45,11 +45,10 @@ impl Heap {
                     }
                     Object::Record { size, record } => {
                         let u = units(size);
-                        let len = u.count_ones() as usize;
                         for (i, order) in orders(u).enumerate() {
-                            let loc = self.records.get(record, len)[i];
+                            let loc = self.records.get(record, i);
                             if let Some(to) = self.move_chunk(order, loc, source) {
-                                self.records.get_mut(record, len)[i] = to;
+                                self.records.set(record, i, to);
                             }
                         }
                     }

@@ -56,9 +56,8 @@ impl Heap {
             }
             Object::Record { size, record } => {
                 let u = units(size);
-                let locs = self.records.get(record, u.count_ones() as usize);
-                for (order, &loc) in orders(u).zip(locs) {
-                    chunks.parts[chunks.len] = (order, loc);
+                for (i, order) in orders(u).enumerate() {
+                    chunks.parts[i] = (order, self.records.get(record, i));
                     chunks.len += 1;
                 }
             }
@@ -95,9 +94,8 @@ impl Heap {
                 self.give_back(&taken);
                 return Err(Error::TooManyObjects);
             };
-            let slots = self.records.get_mut(record, taken.len);
-            for (word, &(_, loc)) in slots.iter_mut().zip(taken.as_slice()) {
-                *word = loc;
+            for (i, &(_, loc)) in taken.as_slice().iter().enumerate() {
+                self.records.set(record, i, loc);
             }
             Object::Record { size, record }
         };

@@ -3,13 +3,14 @@
 //!
 //! # Representation
 //!
-//! One `Vec<u32>`; a record is `n` consecutive words, one chunk location per chunk of the
+//! One array of `u32` (in blocks, `blocks.rs`); a record is `n` consecutive words, one chunk location per chunk of the
 //! object, largest chunk first, where `n` (2..=9) is the number of one bits of the
 //! object's size in 8-byte units, so the record needs no length of its own (the table
 //! entry holds the size). Freed records are kept on one free list per length, linked
 //! through their first word, and reused before the store grows; the store never shrinks
 //! (its capacity is counted as metadata).
 
+use super::blocks::Blocks;
 use super::table::MAX_RECORD;
 
 /// Longest record: 9 chunks (sizes below 4096 bytes have at most 9 one bits in 8-byte
@@ -20,7 +21,7 @@ const NONE: u32 = u32::MAX;
 /// The record store of one heap.
 #[derive(Debug)]
 pub(super) struct Records {
-    words: Vec<u32>,
+    words: Blocks<u32>,
     /// Free records by length.
     free: [u32; MAX_RECORD_LEN + 1],
     /// Words in live records.
@@ -30,7 +31,7 @@ pub(super) struct Records {
 impl Records {
     pub fn new() -> Self {
         Self {
-            words: Vec::new(),
+            words: Blocks::new(),
             free: [NONE; MAX_RECORD_LEN + 1],
             live_words: 0,
         }
@@ -44,11 +45,13 @@ impl Records {
             if at + len > MAX_RECORD {
                 return None;
             }
-            self.words.resize(at + len, 0);
+            for _ in 0..len {
+                self.words.push(0);
+            }
             at as u32
         } else {
             let at = self.free[len];
-            self.free[len] = self.words[at as usize];
+            self.free[len] = *self.words.get(at as usize);
             at
         };
         self.live_words += len;
@@ -57,19 +60,19 @@ impl Records {
 
     /// Frees the record of `len` words at `at`.
     pub fn free(&mut self, at: u32, len: usize) {
-        self.words[at as usize] = self.free[len];
+        *self.words.get_mut(at as usize) = self.free[len];
         self.free[len] = at;
         self.live_words -= len;
     }
 
-    /// The record of `len` words at `at`.
-    pub fn get(&self, at: u32, len: usize) -> &[u32] {
-        &self.words[at as usize..at as usize + len]
+    /// Word `i` of the record at `at`: its `i`th chunk's location.
+    pub fn get(&self, at: u32, i: usize) -> u32 {
+        *self.words.get(at as usize + i)
     }
 
-    /// The record of `len` words at `at`, mutably.
-    pub fn get_mut(&mut self, at: u32, len: usize) -> &mut [u32] {
-        &mut self.words[at as usize..at as usize + len]
+    /// Sets word `i` of the record at `at`.
+    pub fn set(&mut self, at: u32, i: usize, loc: u32) {
+        *self.words.get_mut(at as usize + i) = loc;
     }
 
     /// Words in live records.
@@ -88,7 +91,7 @@ impl Records {
                     return None;
                 }
                 n += 1;
-                at = self.words[at as usize];
+                at = *self.words.get(at as usize);
             }
             total += n * len;
         }
@@ -102,6 +105,6 @@ impl Records {
 
     /// Bytes the store holds.
     pub fn metadata_bytes(&self) -> usize {
-        self.words.capacity() * std::mem::size_of::<u32>()
+        self.words.metadata_bytes()
     }
 }

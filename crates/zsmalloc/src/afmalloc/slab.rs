@@ -3,11 +3,11 @@
 //! # Representation
 //!
 //! A [`Cache`] of order `k` serves chunks of `8 << k` bytes, `512 >> k` per slab. A slab is
-//! a one-page [`PageRun`] with a few counters ([`Slab`], 40 bytes): chunks below `bump`
+//! a one-page [`PageRun`] with a few counters ([`Slab`], 32 bytes): chunks below `bump`
 //! were handed out at least once, those at or above it never were (so a fresh slab needs no
 //! initialising); freed chunks below `bump` are linked through their first two bytes (the
-//! chunk index of the next free one), so a slab needs no bitmap. Slabs live in a vector
-//! indexed by *slab id* (ids of dropped slabs are reused), and a chunk's *location* is a
+//! chunk index of the next free one), so a slab needs no bitmap. Slabs live in an array
+//! (in blocks, `blocks.rs`) indexed by *slab id* (ids of dropped slabs are reused), and a chunk's *location* is a
 //! `u32`: slab id × 512 + chunk index.
 //!
 //! # Rules
@@ -22,6 +22,7 @@
 
 use std::sync::Arc;
 
+use super::blocks::Blocks;
 use crate::error::{Error, Result};
 use crate::sys::{PAGE_SIZE, PageRun, PageSource};
 
@@ -35,7 +36,7 @@ const INDEX_BITS: u32 = 9;
 const _: () = assert!(PAGE_SIZE / MIN_CHUNK == 1 << INDEX_BITS);
 /// Slab ids are below this (2^23 slabs, 32 GiB, per cache of a heap).
 const MAX_SLABS: usize = 1 << (32 - INDEX_BITS);
-const NO_CHUNK: u16 = u16::MAX;
+const NO_CHUNK: u16 = (1 << 10) - 1;
 const NOT_PARTIAL: u32 = u32::MAX;
 
 /// The location of chunk `index` of slab `slab`.
@@ -62,50 +63,74 @@ pub(super) fn orders(units: usize) -> impl Iterator<Item = usize> {
     (0..CACHES).rev().filter(move |k| units & (1 << k) != 0)
 }
 
-/// One page of chunks.
+/// One page of chunks (32 bytes).
 #[derive(Debug)]
 pub(super) struct Slab {
     run: PageRun,
     /// Position in the partial list, or `NOT_PARTIAL`.
     partial_pos: u32,
-    /// Chunks in use.
-    used: u16,
-    /// Chunks at or above this were never handed out.
-    bump: u16,
-    /// First freed chunk below `bump`, or `NO_CHUNK`.
-    free_head: u16,
-    /// Compaction is moving this slab's chunks out.
-    evacuate: bool,
+    /// Packed, 10 bits each: chunks in use (bits 0..10); `bump` (10..20): chunks at or above
+    /// it were never handed out; `free_head` (20..30): the first freed chunk below `bump`,
+    /// or `NO_CHUNK`; bit 30: `evacuate`, compaction is moving this slab's chunks out.
+    state: u32,
 }
 
+const FIELD: u32 = 10;
+const FIELD_MASK: u32 = (1 << FIELD) - 1;
+const EVACUATE: u32 = 1 << (3 * FIELD);
+const USED: u32 = 0;
+const BUMP: u32 = FIELD;
+const FREE_HEAD: u32 = 2 * FIELD;
+const _: () = assert!(PAGE_SIZE / MIN_CHUNK < NO_CHUNK as usize);
+const _: () = assert!(std::mem::size_of::<Option<Slab>>() == 32);
+
 impl Slab {
+    fn field(&self, shift: u32) -> u16 {
+        ((self.state >> shift) & FIELD_MASK) as u16
+    }
+
+    fn set_field(&mut self, shift: u32, value: u16) {
+        self.state = (self.state & !(FIELD_MASK << shift)) | (u32::from(value) << shift);
+    }
+
+    /// Chunks in use.
     pub fn used(&self) -> usize {
-        usize::from(self.used)
+        usize::from(self.field(USED))
+    }
+
+    /// Chunks at or above this were never handed out.
+    pub fn bump(&self) -> usize {
+        usize::from(self.field(BUMP))
     }
 
     pub fn evacuating(&self) -> bool {
-        self.evacuate
+        self.state & EVACUATE != 0
+    }
+
+    fn set_evacuate(&mut self, on: bool) {
+        self.state = (self.state & !EVACUATE) | if on { EVACUATE } else { 0 };
     }
 
     /// The free chunks below `bump`, walked from the list's head; `None` when the list
     /// is broken (out of range or longer than the slab).
     pub fn free_listed(&self, size: usize) -> Option<Vec<usize>> {
         let mut out = Vec::new();
-        let mut i = self.free_head;
-        while i != NO_CHUNK {
-            let i_us = usize::from(i);
-            if i >= self.bump || out.len() > usize::from(self.bump) {
+        let mut next = self.field(FREE_HEAD);
+        while next != NO_CHUNK {
+            let i = usize::from(next);
+            if i >= self.bump() || out.len() > self.bump() {
                 return None;
             }
-            out.push(i_us);
-            let at = i_us * size;
-            i = u16::from_le_bytes([self.run.bytes()[at], self.run.bytes()[at + 1]]);
+            out.push(i);
+            next = self.next_free(i, size);
         }
         Some(out)
     }
 
-    pub fn bump(&self) -> usize {
-        usize::from(self.bump)
+    /// The free chunk after free chunk `i` (its first two bytes).
+    fn next_free(&self, i: usize, size: usize) -> u16 {
+        let bytes = &self.run.bytes()[i * size..];
+        u16::from_le_bytes([bytes[0], bytes[1]])
     }
 }
 
@@ -113,7 +138,7 @@ impl Slab {
 #[derive(Debug)]
 pub(super) struct Cache {
     order: usize,
-    slabs: Vec<Option<Slab>>,
+    slabs: Blocks<Option<Slab>>,
     /// Ids of dropped slabs, for reuse.
     free_ids: Vec<u32>,
     /// Slabs with a free chunk (not evacuating).
@@ -128,7 +153,7 @@ impl Cache {
     pub fn new(order: usize) -> Self {
         Self {
             order,
-            slabs: Vec::new(),
+            slabs: Blocks::new(),
             free_ids: Vec::new(),
             partial: Vec::new(),
             used: 0,
@@ -154,9 +179,18 @@ impl Cache {
         self.live_slabs
     }
 
-    /// The slabs, by id (`None`: a dropped slab's id).
-    pub fn slabs(&self) -> &[Option<Slab>] {
-        &self.slabs
+    /// Slab ids in use or free.
+    pub fn ids(&self) -> usize {
+        self.slabs.len()
+    }
+
+    /// The slab of id `id` (`None`: a dropped slab's id).
+    pub fn slab(&self, id: usize) -> Option<&Slab> {
+        self.slabs.get(id).as_ref()
+    }
+
+    fn slab_mut(&mut self, id: usize) -> &mut Slab {
+        self.slabs.get_mut(id).as_mut().expect("live slab")
     }
 
     pub fn free_ids(&self) -> &[u32] {
@@ -180,20 +214,23 @@ impl Cache {
         };
         let size = self.chunk_size();
         let per_slab = self.per_slab();
-        let slab = self.slabs[id as usize].as_mut().expect("partial slab");
-        let index = if slab.free_head == NO_CHUNK {
-            slab.bump += 1;
-            usize::from(slab.bump - 1)
-        } else {
-            let i = usize::from(slab.free_head);
-            let at = i * size;
-            let bytes = slab.run.bytes();
-            slab.free_head = u16::from_le_bytes([bytes[at], bytes[at + 1]]);
-            i
+        let slab = self.slab_mut(id as usize);
+        let index = match slab.field(FREE_HEAD) {
+            NO_CHUNK => {
+                let i = slab.field(BUMP);
+                slab.set_field(BUMP, i + 1);
+                usize::from(i)
+            }
+            i => {
+                let next = slab.next_free(usize::from(i), size);
+                slab.set_field(FREE_HEAD, next);
+                usize::from(i)
+            }
         };
-        slab.used += 1;
+        slab.set_field(USED, slab.field(USED) + 1);
+        let full = slab.used() == per_slab;
         self.used += 1;
-        if slab.used() == per_slab {
+        if full {
             self.unlist(id);
         }
         Ok(location(id, index))
@@ -209,13 +246,10 @@ impl Cache {
         if self.free_ids.pop().is_none() {
             self.slabs.push(None);
         }
-        self.slabs[id as usize] = Some(Slab {
+        *self.slabs.get_mut(id as usize) = Some(Slab {
             run,
             partial_pos: NOT_PARTIAL,
-            used: 0,
-            bump: 0,
-            free_head: NO_CHUNK,
-            evacuate: false,
+            state: u32::from(NO_CHUNK) << FREE_HEAD,
         });
         self.live_slabs += 1;
         self.list(id);
@@ -227,25 +261,27 @@ impl Cache {
         let (id, index) = split(loc);
         let size = self.chunk_size();
         let per_slab = self.per_slab();
-        let slab = self.slabs[id].as_mut().expect("live slab");
-        debug_assert!(index < slab.bump() && slab.used > 0);
+        let slab = self.slab_mut(id);
+        debug_assert!(index < slab.bump() && slab.used() > 0);
         let was_full = slab.used() == per_slab;
-        let at = index * size;
-        slab.run.bytes_mut()[at..at + 2].copy_from_slice(&slab.free_head.to_le_bytes());
-        slab.free_head = index as u16;
-        slab.used -= 1;
+        let head = slab.field(FREE_HEAD);
+        slab.run.bytes_mut()[index * size..index * size + 2].copy_from_slice(&head.to_le_bytes());
+        slab.set_field(FREE_HEAD, index as u16);
+        slab.set_field(USED, slab.field(USED) - 1);
+        let (emptied, evacuating) = (slab.used() == 0, slab.evacuating());
+        let listed = slab.partial_pos != NOT_PARTIAL;
         self.used -= 1;
-        if slab.used == 0 {
-            if slab.partial_pos != NOT_PARTIAL {
+        if emptied {
+            if listed {
                 self.unlist(id as u32);
             }
             // Dropping the run gives the page back.
-            self.slabs[id] = None;
+            *self.slabs.get_mut(id) = None;
             self.free_ids.push(id as u32);
             self.live_slabs -= 1;
             return true;
         }
-        if was_full && !slab.evacuate {
+        if was_full && !evacuating {
             self.list(id as u32);
         }
         false
@@ -255,7 +291,7 @@ impl Cache {
     pub fn chunk(&self, loc: u32) -> &[u8] {
         let (id, index) = split(loc);
         let size = self.chunk_size();
-        let slab = self.slabs[id].as_ref().expect("live slab");
+        let slab = self.slab(id).expect("live slab");
         &slab.run.bytes()[index * size..(index + 1) * size]
     }
 
@@ -263,36 +299,31 @@ impl Cache {
     pub fn chunk_mut(&mut self, loc: u32) -> &mut [u8] {
         let (id, index) = split(loc);
         let size = self.chunk_size();
-        let slab = self.slabs[id].as_mut().expect("live slab");
+        let slab = self.slab_mut(id);
         &mut slab.run.bytes_mut()[index * size..(index + 1) * size]
     }
 
     /// Whether the chunk at `loc` lies in a slab being evacuated.
     pub fn evacuating(&self, loc: u32) -> bool {
         let (id, _) = split(loc);
-        self.slabs[id].as_ref().is_some_and(|s| s.evacuate)
+        self.slab(id).is_some_and(Slab::evacuating)
     }
 
     /// Puts slab `id` on the partial list.
     fn list(&mut self, id: u32) {
-        let slab = self.slabs[id as usize].as_mut().expect("live slab");
+        let pos = self.partial.len() as u32;
+        let slab = self.slab_mut(id as usize);
         debug_assert_eq!(slab.partial_pos, NOT_PARTIAL);
-        slab.partial_pos = self.partial.len() as u32;
+        slab.partial_pos = pos;
         self.partial.push(id);
     }
 
     /// Takes slab `id` off the partial list.
     fn unlist(&mut self, id: u32) {
-        let pos = {
-            let slab = self.slabs[id as usize].as_mut().expect("live slab");
-            std::mem::replace(&mut slab.partial_pos, NOT_PARTIAL) as usize
-        };
-        self.partial.swap_remove(pos);
-        if let Some(&moved) = self.partial.get(pos) {
-            self.slabs[moved as usize]
-                .as_mut()
-                .expect("partial slab")
-                .partial_pos = pos as u32;
+        let pos = std::mem::replace(&mut self.slab_mut(id as usize).partial_pos, NOT_PARTIAL);
+        self.partial.swap_remove(pos as usize);
+        if let Some(&moved) = self.partial.get(pos as usize) {
+            self.slab_mut(moved as usize).partial_pos = pos;
         }
     }
 
@@ -305,19 +336,14 @@ impl Cache {
         if self.live_slabs <= keep {
             return 0;
         }
-        let mut by_use: Vec<(u16, u32)> = self
-            .slabs
-            .iter()
-            .enumerate()
-            .filter_map(|(id, s)| s.as_ref().map(|s| (s.used, id as u32)))
+        let mut by_use: Vec<(u16, u32)> = (0..self.slabs.len())
+            .filter_map(|id| self.slab(id).map(|s| (s.field(USED), id as u32)))
             .collect();
-        // Fullest first; among equals, lowest id (the order slabs are refilled in) first.
+        // Fullest first; among equals, lowest id first.
         by_use.sort_unstable_by_key(|&(used, id)| (std::cmp::Reverse(used), id));
-        for &id in &self.partial {
-            self.slabs[id as usize]
-                .as_mut()
-                .expect("partial slab")
-                .partial_pos = NOT_PARTIAL;
+        for i in 0..self.partial.len() {
+            let id = self.partial[i];
+            self.slab_mut(id as usize).partial_pos = NOT_PARTIAL;
         }
         self.partial.clear();
         let per_slab = self.per_slab();
@@ -327,10 +353,7 @@ impl Cache {
             }
         }
         for &(_, id) in &by_use[keep..] {
-            self.slabs[id as usize]
-                .as_mut()
-                .expect("live slab")
-                .evacuate = true;
+            self.slab_mut(id as usize).set_evacuate(true);
         }
         by_use.len() - keep
     }
@@ -340,11 +363,11 @@ impl Cache {
     pub fn end_evacuation(&mut self) {
         let per_slab = self.per_slab();
         for id in 0..self.slabs.len() {
-            let Some(slab) = self.slabs[id].as_mut() else {
+            let Some(slab) = self.slabs.get_mut(id).as_mut() else {
                 continue;
             };
-            if slab.evacuate {
-                slab.evacuate = false;
+            if slab.evacuating() {
+                slab.set_evacuate(false);
                 if slab.used() < per_slab {
                     self.list(id as u32);
                 }
@@ -354,7 +377,7 @@ impl Cache {
 
     /// Bytes of bookkeeping this cache holds.
     pub fn metadata_bytes(&self) -> usize {
-        self.slabs.capacity() * std::mem::size_of::<Option<Slab>>()
+        self.slabs.metadata_bytes()
             + (self.free_ids.capacity() + self.partial.capacity()) * std::mem::size_of::<u32>()
     }
 }

@@ -35,6 +35,7 @@
 //! entries are reused oldest first, so a stale handle is refused until its entry has been
 //! reused 2^22 times. Nothing here trusts a handle's bits beyond these checks.
 
+use super::blocks::Blocks;
 use crate::handle::Handle;
 
 const fn mask(bits: u32) -> u64 {
@@ -160,7 +161,7 @@ fn word_object(word: u64) -> Option<Object> {
 /// A heap's handle table: one word per entry, free entries linked oldest first.
 #[derive(Debug)]
 pub(super) struct Table {
-    words: Vec<u64>,
+    words: Blocks<u64>,
     free_head: u32,
     free_tail: u32,
     live: usize,
@@ -169,7 +170,7 @@ pub(super) struct Table {
 impl Table {
     pub fn new() -> Self {
         Self {
-            words: Vec::new(),
+            words: Blocks::new(),
             free_head: NO_ENTRY,
             free_tail: NO_ENTRY,
             live: 0,
@@ -186,22 +187,26 @@ impl Table {
             entry
         } else {
             let entry = self.free_head;
-            let next = (self.words[entry as usize] & mask(ENTRY_BITS)) as u32;
+            let next = (*self.words.get(entry as usize) & mask(ENTRY_BITS)) as u32;
             self.free_head = next;
             if next == NO_ENTRY {
                 self.free_tail = NO_ENTRY;
             }
             entry
         };
-        let generation = word_generation(self.words[entry as usize]);
-        self.words[entry as usize] = live_word(generation, object);
+        let word = self.words.get_mut(entry as usize);
+        let generation = word_generation(*word);
+        *word = live_word(generation, object);
         self.live += 1;
         Some((entry, generation))
     }
 
     /// The object a handle's `(entry, generation)` names, if it is live.
     pub fn get(&self, entry: u32, generation: u64) -> Option<Object> {
-        let word = *self.words.get(entry as usize)?;
+        if entry as usize >= self.words.len() {
+            return None;
+        }
+        let word = *self.words.get(entry as usize);
         if word_generation(word) != generation {
             return None;
         }
@@ -210,24 +215,24 @@ impl Table {
 
     /// The object at `entry`, if live (whatever its generation).
     pub fn object(&self, entry: usize) -> Option<Object> {
-        word_object(self.words[entry])
+        word_object(*self.words.get(entry))
     }
 
     /// Points a live entry at its object's new place (compaction).
     pub fn relocate(&mut self, entry: usize, object: Object) {
-        let generation = word_generation(self.words[entry]);
-        self.words[entry] = live_word(generation, object);
+        let word = self.words.get_mut(entry);
+        *word = live_word(word_generation(*word), object);
     }
 
     /// Frees a live entry, bumping its generation and queueing it last for reuse.
     pub fn free(&mut self, entry: u32) {
-        let generation = (word_generation(self.words[entry as usize]) + 1) & GEN_MASK;
-        self.words[entry as usize] = free_word(generation, NO_ENTRY);
+        let word = self.words.get_mut(entry as usize);
+        *word = free_word((word_generation(*word) + 1) & GEN_MASK, NO_ENTRY);
         if self.free_tail == NO_ENTRY {
             self.free_head = entry;
         } else {
-            let tail = self.free_tail as usize;
-            self.words[tail] = free_word(word_generation(self.words[tail]), entry);
+            let tail = self.words.get_mut(self.free_tail as usize);
+            *tail = free_word(word_generation(*tail), entry);
         }
         self.free_tail = entry;
         self.live -= 1;
@@ -248,9 +253,10 @@ impl Table {
         let mut n = 0;
         let mut e = self.free_head;
         while e != NO_ENTRY && n <= self.words.len() {
-            let Some(&word) = self.words.get(e as usize) else {
+            if e as usize >= self.words.len() {
                 return usize::MAX;
-            };
+            }
+            let word = *self.words.get(e as usize);
             n += 1;
             e = (word & mask(ENTRY_BITS)) as u32;
         }
@@ -259,6 +265,6 @@ impl Table {
 
     /// Bytes the table holds.
     pub fn metadata_bytes(&self) -> usize {
-        self.words.capacity() * std::mem::size_of::<u64>()
+        self.words.metadata_bytes()
     }
 }
