@@ -102,6 +102,7 @@ impl Backend for Afmalloc {
 
     fn metadata_bytes(&self) -> usize {
         std::mem::size_of::<Self>()
+            + self.source.metadata_bytes()
             + self.heaps.len() * std::mem::size_of::<CachePadded<Mutex<Heap>>>()
             + self
                 .heaps
