@@ -16,9 +16,12 @@
 //!   word (the seed's tagged handle); any other has its size and the offset of a *record*
 //!   in a record store (`records.rs`): one `u32` location (slab id, chunk index) per chunk.
 //!   Metadata per object: 8 bytes for a one-chunk object, `8 + 4 × chunks` otherwise (a
-//!   1–2 KiB object has 1 to 8 chunks, 4.5 on average: 26 bytes), plus the slabs'
-//!   bookkeeping (40 bytes per 4 KiB slab, under 1%) and the spare capacity of these
-//!   vectors, all counted in [`Backend::metadata_bytes`](crate::Backend::metadata_bytes).
+//!   1–2 KiB object has 1 to 8 chunks, 4.5 on average: 26 bytes). Besides: 32 bytes per
+//!   slab (0.8% of the slabs' memory; 12 bytes per 1.5 KiB object), the tables' spare
+//!   room (they grow in 4 KiB blocks, `blocks.rs`: at most a block each) and the page
+//!   source's lists of free pages, all counted in
+//!   [`Backend::metadata_bytes`](crate::Backend::metadata_bytes). The tables never
+//!   shrink: after mass frees their entries wait for reuse.
 //! - The allocator is split into up to 16 *heaps* (one per CPU by default, or
 //!   `PoolConfig::shards`), each a handle table, a record store and ten chunk caches under
 //!   one lock. A thread allocates from its own heap (taking another that is free when its
