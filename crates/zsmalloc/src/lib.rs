@@ -47,6 +47,7 @@ mod share;
 pub mod stats;
 
 // The other allocators.
+pub mod afmalloc;
 mod sysmalloc;
 mod zbud;
 
@@ -55,6 +56,7 @@ pub mod backend;
 mod error;
 mod open;
 
+pub use afmalloc::Afmalloc;
 pub use allocator::Allocator;
 pub use backend::Backend;
 pub use class::{ClassGeometry, ClassTable, Geometry};

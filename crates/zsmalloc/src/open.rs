@@ -2,10 +2,11 @@
 
 use std::sync::Arc;
 
+use crate::afmalloc::Afmalloc;
 use crate::allocator::Allocator;
 use crate::backend::Backend;
 use crate::config::PoolConfig;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::pool::Pool;
 use crate::sysmalloc::SysMalloc;
 use crate::zbud::Zbud;
@@ -14,11 +15,8 @@ use crate::zbud::Zbud;
 pub fn open(config: PoolConfig) -> Result<Arc<dyn Backend>> {
     match config.allocator {
         Allocator::Zsmalloc => Ok(Arc::new(Pool::with_config(config)?)),
+        Allocator::Afmalloc => Ok(Arc::new(Afmalloc::with_config(config)?)),
         Allocator::Zbud => Ok(Arc::new(Zbud::with_config(config)?)),
         Allocator::Malloc => Ok(Arc::new(SysMalloc::with_config(config)?)),
-        other => Err(Error::Unsupported {
-            allocator: other.name(),
-            what: "devices yet",
-        }),
     }
 }

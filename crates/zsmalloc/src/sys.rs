@@ -212,6 +212,21 @@ impl PageSource {
         inner.pages_released += pages as u64;
     }
 
+    /// Bytes of bookkeeping the source holds: its lists of free and cached runs and of
+    /// arenas (not the arenas' memory).
+    pub fn metadata_bytes(&self) -> usize {
+        let inner = self.inner.lock();
+        let listed: usize = inner
+            .free
+            .lists
+            .iter()
+            .chain(&inner.cache)
+            .map(Vec::capacity)
+            .sum();
+        listed * std::mem::size_of::<usize>()
+            + inner.arenas.capacity() * std::mem::size_of::<Arena>()
+    }
+
     /// Pages given back to the OS so far (released runs and trimmed cache).
     pub fn pages_released(&self) -> u64 {
         self.inner.lock().pages_released

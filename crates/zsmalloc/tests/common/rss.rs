@@ -1,21 +1,27 @@
 //! The process's resident memory, and how its growth must follow what a pool reports.
 
-use zsmalloc::{PAGE_SIZE, Pool, PoolConfig};
+use zsmalloc::{Allocator, PAGE_SIZE, Pool, PoolConfig};
 
 pub const MIB: f64 = (1 << 20) as f64;
 /// About how many bytes of objects a test stores.
 pub const TARGET_BYTES: usize = 1 << 30;
 
-/// The pool a test fills: the default layout, zspages of up to 8 pages, populated.
-pub fn rss_pool() -> Pool {
-    Pool::with_config(PoolConfig {
+/// The settings of the allocator a test fills: the default layout, zspages of up to 8
+/// pages, populated.
+pub fn rss_config(allocator: Allocator) -> PoolConfig {
+    PoolConfig {
+        allocator,
         chain_size: 8,
         populate: true,
-        // Freed zspages go back to the OS at once: no resident cache to account for.
+        // Freed pages go back to the OS at once: no resident cache to account for.
         page_cache_pages: 0,
         ..PoolConfig::default()
-    })
-    .unwrap()
+    }
+}
+
+/// The zsmalloc pool a test fills ([`rss_config`]).
+pub fn rss_pool() -> Pool {
+    Pool::with_config(rss_config(Allocator::Zsmalloc)).unwrap()
 }
 
 /// This process's resident memory in bytes: `/proc/self/statm`'s second field, in pages.

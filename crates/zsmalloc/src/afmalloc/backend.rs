@@ -1,0 +1,156 @@
+//! [`Backend`] for [`Afmalloc`]: the object operations, each under the lock of the heap
+//! the handle names (see the parent module for the lock order).
+
+use std::sync::atomic::Ordering;
+
+use crossbeam_utils::CachePadded;
+
+use super::heap::Heap;
+use super::slab::{MIN_CHUNK, units};
+use super::{Afmalloc, table};
+use crate::allocator::Allocator;
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::handle::Handle;
+use crate::sync::Mutex;
+use crate::sys::PAGE_SIZE;
+
+impl Backend for Afmalloc {
+    fn allocator(&self) -> Allocator {
+        Allocator::Afmalloc
+    }
+
+    fn malloc(&self, size: usize) -> Result<Handle> {
+        if !(1..=PAGE_SIZE).contains(&size) {
+            return Err(Error::InvalidSize(size));
+        }
+        let (at, mut heap) = self.home();
+        let (entry, generation) = heap.malloc(size, &self.source)?;
+        drop(heap);
+        self.objects.fetch_add(1, Ordering::Relaxed);
+        Ok(table::encode(at, generation, entry))
+    }
+
+    fn write(&self, handle: Handle, data: &[u8]) -> Result<()> {
+        let (mut heap, entry, generation) = self.heap_of(handle)?;
+        let object = heap
+            .lookup(entry, generation)
+            .ok_or(Error::StaleHandle(handle))?;
+        heap.write(object, data)
+    }
+
+    fn read_with(&self, handle: Handle, len: usize, f: &mut dyn FnMut(&[u8])) -> Result<()> {
+        let mut buf = [0u8; PAGE_SIZE];
+        {
+            let (heap, entry, generation) = self.heap_of(handle)?;
+            let object = heap
+                .lookup(entry, generation)
+                .ok_or(Error::StaleHandle(handle))?;
+            if len > object.size() {
+                return Err(Error::TooLarge {
+                    len,
+                    capacity: object.size(),
+                });
+            }
+            heap.read(object, &mut buf[..len])?;
+        }
+        f(&buf[..len]);
+        Ok(())
+    }
+
+    fn read(&self, handle: Handle, buf: &mut [u8]) -> Result<()> {
+        let (heap, entry, generation) = self.heap_of(handle)?;
+        let object = heap
+            .lookup(entry, generation)
+            .ok_or(Error::StaleHandle(handle))?;
+        heap.read(object, buf)
+    }
+
+    fn free(&self, handle: Handle) -> Result<()> {
+        let (mut heap, entry, generation) = self.heap_of(handle)?;
+        let object = heap
+            .lookup(entry, generation)
+            .ok_or(Error::StaleHandle(handle))?;
+        heap.free(entry, object);
+        drop(heap);
+        self.objects.fetch_sub(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn compact(&self) -> usize {
+        let freed: usize = self
+            .heaps
+            .iter()
+            .map(|heap| heap.lock().compact(&self.source))
+            .sum();
+        self.pages_compacted
+            .fetch_add(freed as u64, Ordering::Relaxed);
+        freed
+    }
+
+    fn total_pages(&self) -> usize {
+        self.source.pages_live()
+    }
+
+    fn freeable_pages(&self) -> usize {
+        self.heaps.iter().map(|heap| heap.lock().freeable()).sum()
+    }
+
+    fn huge_class_size(&self) -> usize {
+        self.huge_class_size
+    }
+
+    fn metadata_bytes(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self.source.metadata_bytes()
+            + self.heaps.len() * std::mem::size_of::<CachePadded<Mutex<Heap>>>()
+            + self
+                .heaps
+                .iter()
+                .map(|heap| heap.lock().metadata_bytes())
+                .sum::<usize>()
+    }
+
+    fn pages_compacted(&self) -> u64 {
+        self.pages_compacted.load(Ordering::Relaxed)
+    }
+
+    fn objects(&self) -> usize {
+        self.objects.load(Ordering::Relaxed)
+    }
+
+    fn footprint(&self, size: usize) -> Result<usize> {
+        if !(1..=PAGE_SIZE).contains(&size) {
+            return Err(Error::InvalidSize(size));
+        }
+        Ok(units(size) * MIN_CHUNK)
+    }
+
+    fn cached_pages(&self) -> usize {
+        self.source.cached_pages()
+    }
+
+    fn trim(&self) -> usize {
+        self.source.trim()
+    }
+
+    fn check_invariants(&self) -> std::result::Result<(), String> {
+        let mut live = 0;
+        let mut slabs = 0;
+        for (i, heap) in self.heaps.iter().enumerate() {
+            let heap = heap.lock();
+            heap.check().map_err(|e| format!("heap {i}: {e}"))?;
+            live += heap.table.live();
+            slabs += heap.caches.iter().map(|c| c.live_slabs()).sum::<usize>();
+        }
+        let objects = self.objects();
+        if live != objects {
+            return Err(format!("{live} live objects, counted {objects}"));
+        }
+        let pages = self.source.pages_live();
+        if slabs != pages {
+            return Err(format!("{slabs} slabs, {pages} pages held"));
+        }
+        Ok(())
+    }
+}

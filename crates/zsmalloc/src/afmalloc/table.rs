@@ -1,0 +1,270 @@
+//! Handles and the handle table of one afmalloc heap.
+//!
+//! # Representation
+//!
+//! A handle (a [`Handle`]'s `u64`):
+//!
+//! ```text
+//!  63      54 53   50 49          28 27         0
+//! [  magic   ][ heap ][ generation  ][   entry   ]
+//!    10 bits   4 bits     22 bits       28 bits
+//! ```
+//!
+//! A table entry (one `u64` per object), by its two top bits:
+//!
+//! ```text
+//!           63  62 61        40 39   36 35 34  32 31                 0
+//! single: [ 1 ][1][ generation ][ order ][0][slack][ chunk location   ]
+//! record: [ 1 ][0][ generation ][   size (12 bits)  ][ record (28 bits) ]
+//! free:   [ 0 ][0][ generation ][        0          ][ next free entry  ]
+//! ```
+//!
+//! - *single*: the object takes one chunk (its size rounded up to 8 is a power of two):
+//!   the word is the chunk's place itself (cache `order`, location), and its size is
+//!   `8 << order` minus `slack` (0..=7). No record: the tagged handle of the seed.
+//! - *record*: any other object; `size` is its size in bytes (below 4096) and `record`
+//!   the offset of its record in the heap's record store (`records.rs`): one `u32`
+//!   location per chunk.
+//! - *free*: the generation the next handle for this entry gets, and the next free entry
+//!   (oldest first).
+//!
+//! # Rules
+//!
+//! A handle names a live object when its magic is right, its heap exists, its entry is
+//! live and its generation is the entry's. Freeing bumps the generation (mod 2^22) and
+//! entries are reused oldest first, so a stale handle is refused until its entry has been
+//! reused 2^22 times. Nothing here trusts a handle's bits beyond these checks.
+
+use super::blocks::Blocks;
+use crate::handle::Handle;
+
+const fn mask(bits: u32) -> u64 {
+    (1 << bits) - 1
+}
+
+// The handle.
+const ENTRY_BITS: u32 = 28;
+const GEN_BITS: u32 = 22;
+const HEAP_BITS: u32 = 4;
+const MAGIC_BITS: u32 = 10;
+const _: () = assert!(ENTRY_BITS + GEN_BITS + HEAP_BITS + MAGIC_BITS == 64);
+const GEN_SHIFT: u32 = ENTRY_BITS;
+const HEAP_SHIFT: u32 = GEN_SHIFT + GEN_BITS;
+const MAGIC_SHIFT: u32 = HEAP_SHIFT + HEAP_BITS;
+const MAGIC: u64 = 0b10_1001_1011;
+const _: () = assert!(MAGIC <= mask(MAGIC_BITS));
+const GEN_MASK: u64 = mask(GEN_BITS);
+/// Most heaps an allocator has.
+pub(super) const MAX_HEAPS: usize = 1 << HEAP_BITS;
+/// End of the free list, and one past the largest entry.
+const NO_ENTRY: u32 = mask(ENTRY_BITS) as u32;
+
+// The entry word.
+const LIVE: u64 = 1 << 63;
+const SINGLE: u64 = 1 << 62;
+const WORD_GEN_SHIFT: u32 = 40;
+const ORDER_SHIFT: u32 = 36;
+const SLACK_SHIFT: u32 = 32;
+const SIZE_SHIFT: u32 = 28;
+const SIZE_BITS: u32 = 12;
+const _: () = assert!(WORD_GEN_SHIFT + GEN_BITS == 62);
+const _: () = assert!(SIZE_SHIFT + SIZE_BITS == WORD_GEN_SHIFT);
+/// Record offsets are below this.
+pub(super) const MAX_RECORD: usize = 1 << ENTRY_BITS;
+
+/// Packs a handle.
+pub(super) fn encode(heap: usize, generation: u64, entry: u32) -> Handle {
+    Handle::from_raw(
+        (MAGIC << MAGIC_SHIFT)
+            | ((heap as u64) << HEAP_SHIFT)
+            | ((generation & GEN_MASK) << GEN_SHIFT)
+            | u64::from(entry),
+    )
+}
+
+/// Unpacks `(heap, generation, entry)`, or `None` when the magic is wrong.
+pub(super) fn decode(handle: Handle) -> Option<(usize, u64, u32)> {
+    let raw = handle.to_raw();
+    if raw >> MAGIC_SHIFT != MAGIC {
+        return None;
+    }
+    let heap = ((raw >> HEAP_SHIFT) & mask(HEAP_BITS)) as usize;
+    let generation = (raw >> GEN_SHIFT) & GEN_MASK;
+    let entry = (raw & mask(ENTRY_BITS)) as u32;
+    Some((heap, generation, entry))
+}
+
+/// A live entry's object: where its bytes are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Object {
+    /// One chunk of cache `order` at `loc`; the object has `size` bytes.
+    Single { order: usize, size: usize, loc: u32 },
+    /// `size` bytes in the chunks the record at `record` lists.
+    Record { size: usize, record: u32 },
+}
+
+impl Object {
+    /// The object's size in bytes.
+    pub fn size(self) -> usize {
+        match self {
+            Object::Single { size, .. } | Object::Record { size, .. } => size,
+        }
+    }
+}
+
+fn live_word(generation: u64, object: Object) -> u64 {
+    let body = match object {
+        Object::Single { order, size, loc } => {
+            let slack = (8usize << order) - size;
+            debug_assert!(order < 16 && slack < 8);
+            SINGLE
+                | ((order as u64) << ORDER_SHIFT)
+                | ((slack as u64) << SLACK_SHIFT)
+                | u64::from(loc)
+        }
+        Object::Record { size, record } => {
+            debug_assert!(size < 1 << SIZE_BITS && (record as usize) < MAX_RECORD);
+            ((size as u64) << SIZE_SHIFT) | u64::from(record)
+        }
+    };
+    LIVE | (generation << WORD_GEN_SHIFT) | body
+}
+
+fn free_word(generation: u64, next: u32) -> u64 {
+    (generation << WORD_GEN_SHIFT) | u64::from(next)
+}
+
+fn word_generation(word: u64) -> u64 {
+    (word >> WORD_GEN_SHIFT) & GEN_MASK
+}
+
+fn word_object(word: u64) -> Option<Object> {
+    if word & LIVE == 0 {
+        return None;
+    }
+    Some(if word & SINGLE != 0 {
+        let order = ((word >> ORDER_SHIFT) & 0xF) as usize;
+        let slack = ((word >> SLACK_SHIFT) & 0x7) as usize;
+        Object::Single {
+            order,
+            size: (8 << order) - slack,
+            loc: word as u32,
+        }
+    } else {
+        Object::Record {
+            size: ((word >> SIZE_SHIFT) & mask(SIZE_BITS)) as usize,
+            record: (word & mask(ENTRY_BITS)) as u32,
+        }
+    })
+}
+
+/// A heap's handle table: one word per entry, free entries linked oldest first.
+#[derive(Debug)]
+pub(super) struct Table {
+    words: Blocks<u64>,
+    free_head: u32,
+    free_tail: u32,
+    live: usize,
+}
+
+impl Table {
+    pub fn new() -> Self {
+        Self {
+            words: Blocks::new(),
+            free_head: NO_ENTRY,
+            free_tail: NO_ENTRY,
+            live: 0,
+        }
+    }
+
+    /// Takes an entry for `object`; `(entry, generation)`, or `None` when the table is full.
+    pub fn alloc(&mut self, object: Object) -> Option<(u32, u64)> {
+        let entry = if self.free_head == NO_ENTRY {
+            let entry = u32::try_from(self.words.len())
+                .ok()
+                .filter(|&e| e != NO_ENTRY)?;
+            self.words.push(free_word(0, NO_ENTRY));
+            entry
+        } else {
+            let entry = self.free_head;
+            let next = (*self.words.get(entry as usize) & mask(ENTRY_BITS)) as u32;
+            self.free_head = next;
+            if next == NO_ENTRY {
+                self.free_tail = NO_ENTRY;
+            }
+            entry
+        };
+        let word = self.words.get_mut(entry as usize);
+        let generation = word_generation(*word);
+        *word = live_word(generation, object);
+        self.live += 1;
+        Some((entry, generation))
+    }
+
+    /// The object a handle's `(entry, generation)` names, if it is live.
+    pub fn get(&self, entry: u32, generation: u64) -> Option<Object> {
+        if entry as usize >= self.words.len() {
+            return None;
+        }
+        let word = *self.words.get(entry as usize);
+        if word_generation(word) != generation {
+            return None;
+        }
+        word_object(word)
+    }
+
+    /// The object at `entry`, if live (whatever its generation).
+    pub fn object(&self, entry: usize) -> Option<Object> {
+        word_object(*self.words.get(entry))
+    }
+
+    /// Points a live entry at its object's new place (compaction).
+    pub fn relocate(&mut self, entry: usize, object: Object) {
+        let word = self.words.get_mut(entry);
+        *word = live_word(word_generation(*word), object);
+    }
+
+    /// Frees a live entry, bumping its generation and queueing it last for reuse.
+    pub fn free(&mut self, entry: u32) {
+        let word = self.words.get_mut(entry as usize);
+        *word = free_word((word_generation(*word) + 1) & GEN_MASK, NO_ENTRY);
+        if self.free_tail == NO_ENTRY {
+            self.free_head = entry;
+        } else {
+            let tail = self.words.get_mut(self.free_tail as usize);
+            *tail = free_word(word_generation(*tail), entry);
+        }
+        self.free_tail = entry;
+        self.live -= 1;
+    }
+
+    /// Entries (live and free).
+    pub fn len(&self) -> usize {
+        self.words.len()
+    }
+
+    /// Live entries.
+    pub fn live(&self) -> usize {
+        self.live
+    }
+
+    /// Free entries on the free list, walked from its head.
+    pub fn free_listed(&self) -> usize {
+        let mut n = 0;
+        let mut e = self.free_head;
+        while e != NO_ENTRY && n <= self.words.len() {
+            if e as usize >= self.words.len() {
+                return usize::MAX;
+            }
+            let word = *self.words.get(e as usize);
+            n += 1;
+            e = (word & mask(ENTRY_BITS)) as u32;
+        }
+        n
+    }
+
+    /// Bytes the table holds.
+    pub fn metadata_bytes(&self) -> usize {
+        self.words.metadata_bytes()
+    }
+}
