@@ -6,7 +6,7 @@ mod dedup;
 mod device;
 mod nbd;
 mod pool;
-mod untar;
+pub mod untar;
 
 #[derive(Debug, clap::Args)]
 #[command(args_conflicts_with_subcommands = true)]
