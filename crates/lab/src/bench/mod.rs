@@ -5,7 +5,7 @@ mod cold;
 mod dedup;
 mod device;
 mod nbd;
-mod pool;
+pub mod pool;
 pub mod untar;
 
 #[derive(Debug, clap::Args)]
