@@ -5,8 +5,8 @@ mod cold;
 mod dedup;
 mod device;
 mod nbd;
-mod pool;
-mod untar;
+pub mod pool;
+pub mod untar;
 
 #[derive(Debug, clap::Args)]
 #[command(args_conflicts_with_subcommands = true)]

@@ -5,19 +5,22 @@
 //! `obj_used` per class). A size is drawn by class weight, then uniformly among the sizes
 //! that class serves.
 //!
-//! Figures: throughput of 1 and 2 threads doing the same churn (free a random object,
-//! allocate and write a new one, read another) and their ratio; compaction throughput after
-//! freeing half the objects at random; memory overhead (`total_pages * 4096` over bytes
-//! stored, with and without metadata) for chain sizes 4, 8 and 16.
+//! Figures, for each `--allocator` (zsmalloc, afmalloc, zbud, malloc; built through
+//! `zsmalloc::open` and used only through the `Backend` trait): throughput of 1 and 2
+//! threads doing the same churn (free a random object, allocate and write a new one, read
+//! another) and their ratio; compaction throughput after freeing half the objects at
+//! random; memory overhead (`total_pages * 4096` over bytes stored, with and without
+//! metadata, and after freeing half and compacting) — for chain sizes 4, 8 and 16 on
+//! zsmalloc, one row for the others. Then one table comparing the allocators.
 
-use std::sync::Barrier;
+use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
 use anyhow::Context as _;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
-use zsmalloc::{Handle, Pool};
+use zsmalloc::{Allocator, Backend, Handle, PoolConfig};
 
 /// (class size, obj_used) from seed 000's "Order 3" object distribution table.
 const SEED_ORDER3_DISTRIBUTION: &[(usize, usize)] = &[
@@ -98,9 +101,34 @@ pub struct Args {
     /// Shards per size class (0 = one per CPU).
     #[arg(long, default_value_t = 0)]
     shards: usize,
+    /// The allocators to measure, one after the other (a comma-separated list).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "zsmalloc")]
+    allocator: Vec<Allocator>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
+}
+
+impl Args {
+    /// The allocators measured, in order.
+    pub fn allocators(&self) -> &[Allocator] {
+        &self.allocator
+    }
+}
+
+/// A pool of `allocator` with `chain_size` (zsmalloc's; the others ignore it) and `shards`.
+fn open(
+    allocator: Allocator,
+    chain_size: usize,
+    shards: usize,
+) -> anyhow::Result<Arc<dyn Backend>> {
+    zsmalloc::open(PoolConfig {
+        allocator,
+        chain_size,
+        shards,
+        ..PoolConfig::default()
+    })
+    .with_context(|| format!("open the {allocator} pool"))
 }
 
 /// Draws object sizes from the seed's distribution.
@@ -139,7 +167,7 @@ impl SizeDist {
 
 #[derive(Debug, Serialize)]
 struct Scaling {
-    chain_size: usize,
+    chain_size: Option<usize>,
     ops_per_thread: usize,
     one_thread_ops_s: f64,
     two_threads_ops_s: f64,
@@ -152,7 +180,7 @@ struct Scaling {
 
 #[derive(Debug, Serialize)]
 struct Compaction {
-    chain_size: usize,
+    chain_size: Option<usize>,
     pages_before: usize,
     pages_freed: usize,
     millis: f64,
@@ -161,7 +189,8 @@ struct Compaction {
 
 #[derive(Debug, Serialize)]
 struct Overhead {
-    chain_size: usize,
+    /// zsmalloc's chain size (none for the other allocators).
+    chain_size: Option<usize>,
     objects: usize,
     bytes_stored: usize,
     pages_used: usize,
@@ -171,8 +200,10 @@ struct Overhead {
     after_churn_overhead: f64,
 }
 
+/// One allocator's figures.
 #[derive(Debug, Serialize)]
 struct Report {
+    allocator: Allocator,
     scaling: Scaling,
     compaction: Compaction,
     overhead: Vec<Overhead>,
@@ -180,11 +211,51 @@ struct Report {
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
     let dist = SizeDist::seed();
-    let scaling = scaling(args, &dist)?;
+    let mut reports = Vec::new();
+    let mut skipped = Vec::new();
+    for &allocator in &args.allocator {
+        // An allocator this build cannot open is reported, not fatal: the others still run.
+        if let Err(e) = open(allocator, args.chain_size, args.shards) {
+            if !args.json {
+                println!("{allocator}: skipped ({e:#})");
+            }
+            skipped.push(Skipped {
+                allocator,
+                reason: format!("{e:#}"),
+            });
+            continue;
+        }
+        reports.push(measure(args, allocator, &dist)?);
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string(&serde_json::json!({
+                "allocators": reports,
+                "skipped": skipped,
+            }))?
+        );
+    } else {
+        print!("{}", table(&reports, &skipped));
+    }
+    Ok(())
+}
+
+#[derive(Debug, Serialize)]
+struct Skipped {
+    allocator: Allocator,
+    reason: String,
+}
+
+/// One allocator's figures, printed as they come unless `--json`.
+fn measure(args: &Args, allocator: Allocator, dist: &SizeDist) -> anyhow::Result<Report> {
+    let chain = (allocator == Allocator::Zsmalloc).then_some(args.chain_size);
+    let chain_label = chain.map_or_else(String::new, |c| format!(" chain {c}"));
+    let scaling = scaling(args, allocator, dist)?;
     if !args.json {
         println!(
-            "scaling (chain {}, {} ops/thread, working set {}, median of {} pairs): 1 thread {:.0} ops/s, 2 threads {:.0} ops/s, ratio {:.2}x (all: {}; plain copies without an allocator: {:.2}x)",
-            scaling.chain_size,
+            "{allocator}: scaling ({}{chain_label}, {} ops/thread, working set {}, median of {} pairs): 1 thread {:.0} ops/s, 2 threads {:.0} ops/s, ratio {:.2}x (all: {}; plain copies without an allocator: {:.2}x)",
+            allocator,
             scaling.ops_per_thread,
             args.working_set,
             scaling.ratios.len(),
@@ -195,24 +266,28 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             scaling.ceiling_ratio
         );
     }
-    let compaction = compaction(args, &dist)?;
+    let compaction = compaction(args, allocator, dist)?;
     if !args.json {
         println!(
-            "compaction (chain {}): {} of {} pages freed in {:.1} ms, {:.0} MiB/s freed",
-            compaction.chain_size,
+            "{allocator}: compaction{chain_label}: {} of {} pages freed in {:.1} ms, {:.0} MiB/s freed",
             compaction.pages_freed,
             compaction.pages_before,
             compaction.millis,
             compaction.freed_mib_s
         );
     }
+    let chains: Vec<Option<usize>> = match chain {
+        Some(_) => vec![Some(4), Some(8), Some(16)],
+        None => vec![None],
+    };
     let mut overhead = Vec::new();
-    for chain in [4, 8, 16] {
-        let o = overhead_for(chain, args.objects, &dist)?;
+    for chain in chains {
+        let o = overhead_for(allocator, chain, args.objects, dist)?;
         if !args.json {
             println!(
-                "overhead (chain {:2}): {} objects, {:.1} MiB stored in {} pages: {:.4}x ({:.4}x with {} KiB metadata); after freeing half and compacting: {:.4}x",
-                o.chain_size,
+                "{allocator}: overhead{}: {} objects, {:.1} MiB stored in {} pages: {:.4}x ({:.4}x with {} KiB metadata); after freeing half and compacting: {:.4}x",
+                o.chain_size
+                    .map_or_else(String::new, |c| format!(" (chain {c:2})")),
                 o.objects,
                 o.bytes_stored as f64 / 1048576.0,
                 o.pages_used,
@@ -224,19 +299,70 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         }
         overhead.push(o);
     }
-    if args.json {
-        let report = Report {
-            scaling,
-            compaction,
-            overhead,
-        };
-        println!("{}", serde_json::to_string(&report)?);
+    Ok(Report {
+        allocator,
+        scaling,
+        compaction,
+        overhead,
+    })
+}
+
+/// The allocators side by side: one line per allocator and chain size, then one per
+/// allocator skipped.
+fn table(reports: &[Report], skipped: &[Skipped]) -> String {
+    let mut out = format!(
+        "{:10} {:>5} {:>12} {:>12} {:>6} {:>12} {:>10} {:>9} {:>9} {:>9}\n",
+        "allocator",
+        "chain",
+        "1 thr ops/s",
+        "2 thr ops/s",
+        "2/1",
+        "compact MiB/s",
+        "freed",
+        "overhead",
+        "+meta",
+        "churned"
+    );
+    for r in reports {
+        for o in &r.overhead {
+            let chain = o
+                .chain_size
+                .map_or_else(|| "-".to_owned(), |c| c.to_string());
+            // Throughput and compaction ran at one chain size: shown on its row.
+            let timed = o.chain_size == r.scaling.chain_size;
+            let (one, two, ratio, mib, freed) = if timed {
+                (
+                    format!("{:.0}", r.scaling.one_thread_ops_s),
+                    format!("{:.0}", r.scaling.two_threads_ops_s),
+                    format!("{:.2}x", r.scaling.ratio),
+                    format!("{:.0}", r.compaction.freed_mib_s),
+                    format!("{}/{}", r.compaction.pages_freed, r.compaction.pages_before),
+                )
+            } else {
+                let dash = || "".to_owned();
+                (dash(), dash(), dash(), dash(), dash())
+            };
+            out.push_str(&format!(
+                "{:10} {chain:>5} {one:>12} {two:>12} {ratio:>6} {mib:>12} {freed:>10} {:>8.4}x {:>8.4}x {:>8.4}x\n",
+                r.allocator.name(),
+                o.overhead,
+                o.overhead_with_metadata,
+                o.after_churn_overhead
+            ));
+        }
     }
-    Ok(())
+    for s in skipped {
+        out.push_str(&format!(
+            "{:10} skipped: {}\n",
+            s.allocator.name(),
+            s.reason
+        ));
+    }
+    out
 }
 
 fn fill(
-    pool: &Pool,
+    pool: &dyn Backend,
     dist: &SizeDist,
     n: usize,
     rng: &mut SmallRng,
@@ -260,7 +386,7 @@ fn payload() -> Vec<u8> {
 
 /// One thread's churn: fill a working set, wait at the barrier, churn, wait again, free.
 fn churn(
-    pool: &Pool,
+    pool: &dyn Backend,
     dist: &SizeDist,
     args: &Args,
     seed: u64,
@@ -305,17 +431,18 @@ fn churn(
 
 /// Operations per second of `threads` threads churning one pool (timed between barriers,
 /// so filling and emptying the working sets are not counted).
-fn throughput(args: &Args, dist: &SizeDist, threads: usize) -> anyhow::Result<f64> {
-    let pool = Pool::with_config(zsmalloc::PoolConfig {
-        chain_size: args.chain_size,
-        shards: args.shards,
-        ..zsmalloc::PoolConfig::default()
-    })?;
+fn throughput(
+    args: &Args,
+    allocator: Allocator,
+    dist: &SizeDist,
+    threads: usize,
+) -> anyhow::Result<f64> {
+    let pool = open(allocator, args.chain_size, args.shards)?;
     let barrier = Barrier::new(threads + 1);
     let secs = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
-                let (pool, barrier) = (&pool, &barrier);
+                let (pool, barrier) = (&*pool, &barrier);
                 s.spawn(move || churn(pool, dist, args, 42 + t as u64, barrier))
             })
             .collect();
@@ -368,13 +495,13 @@ fn ceiling_throughput(args: &Args, dist: &SizeDist, threads: usize) -> f64 {
     })
 }
 
-fn scaling(args: &Args, dist: &SizeDist) -> anyhow::Result<Scaling> {
+fn scaling(args: &Args, allocator: Allocator, dist: &SizeDist) -> anyhow::Result<Scaling> {
     // Pairs of runs, each 1-thread run next to its 2-thread run, so that drift in what else
     // the machine does hits both; the pair with the median ratio is reported.
     let mut pairs = Vec::new();
     for _ in 0..args.repeat.max(1) {
-        let one = throughput(args, dist, 1)?;
-        let two = throughput(args, dist, 2)?;
+        let one = throughput(args, allocator, dist, 1)?;
+        let two = throughput(args, allocator, dist, 2)?;
         let ceiling = ceiling_throughput(args, dist, 2) / ceiling_throughput(args, dist, 1);
         pairs.push((two / one, one, two, ceiling));
     }
@@ -384,7 +511,7 @@ fn scaling(args: &Args, dist: &SizeDist) -> anyhow::Result<Scaling> {
     ceilings.sort_by(f64::total_cmp);
     let (ratio, one, two, _) = pairs[pairs.len() / 2];
     Ok(Scaling {
-        chain_size: args.chain_size,
+        chain_size: (allocator == Allocator::Zsmalloc).then_some(args.chain_size),
         ops_per_thread: args.ops,
         one_thread_ops_s: one,
         two_threads_ops_s: two,
@@ -394,10 +521,10 @@ fn scaling(args: &Args, dist: &SizeDist) -> anyhow::Result<Scaling> {
     })
 }
 
-fn compaction(args: &Args, dist: &SizeDist) -> anyhow::Result<Compaction> {
-    let pool = Pool::new(args.chain_size)?;
+fn compaction(args: &Args, allocator: Allocator, dist: &SizeDist) -> anyhow::Result<Compaction> {
+    let pool = open(allocator, args.chain_size, 0)?;
     let mut rng = SmallRng::seed_from_u64(7);
-    let live = fill(&pool, dist, args.objects, &mut rng)?;
+    let live = fill(&*pool, dist, args.objects, &mut rng)?;
     for &(h, _) in live.iter().filter(|_| rng.gen_bool(0.5)) {
         pool.free(h)?;
     }
@@ -409,7 +536,7 @@ fn compaction(args: &Args, dist: &SizeDist) -> anyhow::Result<Compaction> {
         .map_err(anyhow::Error::msg)
         .context("pool invariants after compaction")?;
     Ok(Compaction {
-        chain_size: args.chain_size,
+        chain_size: (allocator == Allocator::Zsmalloc).then_some(args.chain_size),
         pages_before,
         pages_freed,
         millis: secs * 1000.0,
@@ -417,10 +544,16 @@ fn compaction(args: &Args, dist: &SizeDist) -> anyhow::Result<Compaction> {
     })
 }
 
-fn overhead_for(chain_size: usize, objects: usize, dist: &SizeDist) -> anyhow::Result<Overhead> {
-    let pool = Pool::new(chain_size)?;
+fn overhead_for(
+    allocator: Allocator,
+    chain_size: Option<usize>,
+    objects: usize,
+    dist: &SizeDist,
+) -> anyhow::Result<Overhead> {
+    let chain = chain_size.unwrap_or(zsmalloc::class::DEFAULT_CHAIN_SIZE);
+    let pool = open(allocator, chain, 0)?;
     let mut rng = SmallRng::seed_from_u64(99);
-    let live = fill(&pool, dist, objects, &mut rng)?;
+    let live = fill(&*pool, dist, objects, &mut rng)?;
     let bytes_stored: usize = live.iter().map(|&(_, s)| s).sum();
     let pages_used = pool.total_pages();
     let metadata_bytes = pool.metadata_bytes();

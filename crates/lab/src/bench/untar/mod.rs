@@ -1,11 +1,17 @@
 //! `zramd bench untar --tarball FILE`: the seeds' workload. ext4 (mounted with `discard`)
 //! on the device; untar the tree (seed 000), then delete `drivers`, `arch`, `fs`, `sound`
 //! and `include` in that order, `fstrim` after each (seed 003), for `--cycles` rounds. After
-//! every step it prints the `mm_stat` line (the kernel's nine fields and seed 004's
-//! `pages_folded`), the overhead `(mem_used_total - compr_data_size) / compr_data_size` and
-//! — for zramd — the process RSS; for zramd (through the FUSE export and a loop device) and,
-//! as root where the kernel offers the algorithm, for a hot-added kernel zram device, side
-//! by side. Needs root (loop, mount).
+//! every step it prints seed 003's columns (`orig_size compr_size used_size overhead
+//! overhead_ratio`), zramd's metadata, the overhead with it (`real_overhead`, `real_ratio`)
+//! and — for zramd — the process RSS ([`figures`] defines them); for zramd (through the
+//! FUSE export and a loop device; once per `--allocator`, each on a fresh in-process
+//! server) and, as root where the kernel offers the algorithm, for a hot-added kernel zram
+//! device (zsmalloc). Needs root (loop, mount).
+//!
+//! `--out DIR` (default: a new directory under the temp dir): `untar.csv` and `untar.json`,
+//! one row per (side, allocator, cycle, step) with every figure in bytes and the ratios,
+//! and `untar-overhead.png`, the overhead ratio after every step across the cycles, one
+//! line per side and allocator ([`plot`]).
 //!
 //! Seed 004's folding: `--copies N` untars the tarball N times, into `copy1`..`copyN` of
 //! the same filesystem (the deletes then apply to every copy); `--fold` folds zramd's
@@ -13,17 +19,22 @@
 //! stored). The kernel's zram cannot fold: it runs the same steps without that one. At the
 //! end, `mem_used_total` zramd/kernel after each untar and after each fold.
 
+pub mod figures;
+pub mod plot;
 mod side;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Instant;
 
 use anyhow::{Context as _, bail};
 use zram::{Size, ZramConfig};
 use zramd::serve::{DeviceSpec, ServeOptions, Server};
+use zsmalloc::Allocator;
 
 use crate::kernel::{KernelZram, is_root, unavailable_reason};
-use side::{Mounted, Ours, Side, Theirs, header, report, sh};
+use figures::{Row, Sample, seed_header};
+use side::{Mounted, Ours, Side, Theirs, report, sh};
 
 const DELETE_ORDER: [&str; 5] = ["drivers", "arch", "fs", "sound", "include"];
 
@@ -52,10 +63,23 @@ pub struct Args {
     /// Skip the kernel's zram.
     #[arg(long)]
     no_kernel: bool,
+    /// The allocators zramd's device runs on, one run each (a comma-separated list).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "zsmalloc")]
+    allocator: Vec<Allocator>,
+    /// Where the figures go (CSV, JSON, PNG); default: a new directory under the temp dir.
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
-/// The `mm_stat` fields after each step, by step name.
-type Steps = Vec<(String, Vec<u64>)>;
+impl Args {
+    /// The allocators zramd's side runs on, in order.
+    pub fn allocators(&self) -> &[Allocator] {
+        &self.allocator
+    }
+}
+
+/// A side's figures after each step.
+type Steps = Vec<Sample>;
 
 /// Untars the tarball once into `mnt` (`copies` 1), or into `mnt/copy1..copyN`; returns
 /// the directories the tarball's tree went into.
@@ -77,10 +101,10 @@ fn untar(mnt: &Path, args: &Args) -> anyhow::Result<Vec<PathBuf>> {
 
 /// Folds (where the side can) and reports the step.
 fn fold_step(side: &dyn Side, cycle: usize, steps: &mut Steps) -> anyhow::Result<()> {
-    let step = format!("fold #{cycle}");
+    let step = "fold";
     let Some(cost) = side.fold()? else {
         println!(
-            "{:6} {step:14} (the kernel's zram cannot fold)",
+            "{:16} {cycle:>5} {step:12} (the kernel's zram cannot fold)",
             side.name()
         );
         return Ok(());
@@ -92,18 +116,18 @@ fn fold_step(side: &dyn Side, cycle: usize, steps: &mut Steps) -> anyhow::Result
         "  fold CPU {:.3} s ({:.3} s wall), {per_gb:.3} CPU s/GB stored",
         cost.cpu_s, cost.wall_s
     );
-    steps.push((step.clone(), report(side, &step, &extra)?));
+    steps.push(report(side, cycle, step, &extra)?);
     Ok(())
 }
 
 fn workload(side: &dyn Side, mnt: &Path, args: &Args) -> anyhow::Result<Steps> {
     let mut steps = Steps::new();
     for cycle in 1..=args.cycles.max(1) {
+        let start = Instant::now();
         let roots = untar(mnt, args)?;
         sh(&mut Command::new("sync"))?;
         side.settle();
-        let step = format!("untar #{cycle}");
-        steps.push((step.clone(), report(side, &step, "")?));
+        steps.push(report(side, cycle, "untar", "")?);
         if args.fold {
             fold_step(side, cycle, &mut steps)?;
         }
@@ -127,7 +151,7 @@ fn workload(side: &dyn Side, mnt: &Path, args: &Args) -> anyhow::Result<Steps> {
             sh(&mut Command::new("sync"))?;
             sh(Command::new("fstrim").arg(mnt))?;
             side.settle();
-            steps.push((format!("rm {dir}"), report(side, &format!("rm {dir}"), "")?));
+            steps.push(report(side, cycle, &format!("rm {dir}"), "")?);
         }
         for t in &top {
             std::fs::remove_dir_all(t)?;
@@ -137,32 +161,96 @@ fn workload(side: &dyn Side, mnt: &Path, args: &Args) -> anyhow::Result<Steps> {
         }
         sh(&mut Command::new("sync"))?;
         sh(Command::new("fstrim").arg(mnt))?;
+        println!(
+            "{:16} {cycle:>5} took {:.1} s",
+            format!("{} {}", side.name(), side.allocator()),
+            start.elapsed().as_secs_f64()
+        );
     }
     Ok(steps)
 }
 
 /// `mem_used_total` zramd/kernel after each untar and each fold (the kernel's after the
 /// same cycle's untar: it cannot fold).
-fn print_ratios(ours: &Steps, theirs: &Steps) {
-    let kernel = |step: &str| {
+fn print_ratios(allocator: Allocator, ours: &Steps, theirs: &Steps) {
+    let kernel = |cycle: usize| {
         theirs
             .iter()
-            .find(|(s, _)| s == step)
-            .map(|(_, mm)| mm[2] as f64)
+            .find(|s| s.cycle == cycle && s.step == "untar")
+            .map(|s| s.mm[2] as f64)
     };
-    for (step, mm) in ours {
-        let (against, note) = match step.strip_prefix("fold ") {
-            Some(cycle) => (format!("untar {cycle}"), " (the kernel's after the untar)"),
-            None if step.starts_with("untar ") => (step.clone(), ""),
-            None => continue,
+    for s in ours {
+        let note = match s.step.as_str() {
+            "fold" => " (the kernel's after the untar)",
+            "untar" => "",
+            _ => continue,
         };
-        if let Some(k) = kernel(&against).filter(|&k| k > 0.0) {
+        if let Some(k) = kernel(s.cycle).filter(|&k| k > 0.0) {
             println!(
-                "mem_used_total zramd/kernel after {step}: {:.3}{note}",
-                mm[2] as f64 / k
+                "mem_used_total zramd ({allocator})/kernel after {} #{}: {:.3}{note}",
+                s.step,
+                s.cycle,
+                s.mm[2] as f64 / k
             );
         }
     }
+}
+
+/// Runs the workload on zramd's device storing into `allocator`, served by a fresh
+/// in-process server; `None` (with the reason printed) where the device cannot be set up.
+fn run_ours(args: &Args, allocator: Allocator, tmp: &Path) -> anyhow::Result<Option<Steps>> {
+    let dir = tmp.join(allocator.name());
+    std::fs::create_dir_all(dir.join("fuse"))?;
+    let mut config = args.device.clone();
+    config.pool.allocator = allocator;
+    let server = match Server::start(&ServeOptions {
+        devices: vec![DeviceSpec {
+            name: "zram0".into(),
+            size: args.size,
+            config,
+            ..DeviceSpec::default()
+        }],
+        control: Some(dir.join("control.sock")),
+        fuse: Some(dir.join("fuse")),
+        ..ServeOptions::default()
+    }) {
+        Ok(server) => server,
+        Err(e) => {
+            println!("zramd {allocator}: skipped ({e:#})");
+            return Ok(None);
+        }
+    };
+    let ours = Ours { server, allocator };
+    // A build whose devices do not yet run on `allocator` must not report zsmalloc's
+    // figures under its name.
+    let runs_on = ours
+        .device()
+        .map(|dev| zsmalloc::Backend::allocator(dev.pool()))?;
+    if runs_on != allocator {
+        println!("zramd {allocator}: skipped (the device was set up on {runs_on})");
+        ours.server.stop();
+        return Ok(None);
+    }
+    let steps = {
+        let mounted = Mounted::new(&dir.join("fuse/zram0/disk"), true, dir.join("ext4"))?;
+        workload(&ours, &mounted.dir, args)
+    };
+    ours.server.stop();
+    steps.map(Some)
+}
+
+/// Writes the figures (CSV, JSON, the plot) into `out` and says where.
+fn write_figures(out: &Path, rows: &[Row]) -> anyhow::Result<()> {
+    figures::write(out, rows)?;
+    let png = out.join("untar-overhead.png");
+    if !plot::draw(rows, &png, (1280, 720))? {
+        println!("plot: no font found (ZRAMD_LAB_FONT, fonts-dejavu-core): drawn without text");
+    }
+    println!(
+        "figures: {} (untar.csv, untar.json, untar-overhead.png)",
+        out.display()
+    );
+    Ok(())
 }
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
@@ -174,28 +262,20 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     }
     let tmp = std::env::temp_dir().join(format!("zramd-untar-{}", std::process::id()));
     std::fs::create_dir_all(&tmp)?;
-    println!("{}", header());
-    let ours_steps = {
-        std::fs::create_dir_all(tmp.join("fuse"))?;
-        let server = Server::start(&ServeOptions {
-            devices: vec![DeviceSpec {
-                name: "zram0".into(),
-                size: args.size,
-                config: args.device.clone(),
-                ..DeviceSpec::default()
-            }],
-            control: Some(tmp.join("control.sock")),
-            fuse: Some(tmp.join("fuse")),
-            ..ServeOptions::default()
-        })?;
-        let ours = Ours { server };
-        let steps = {
-            let mounted = Mounted::new(&tmp.join("fuse/zram0/disk"), true, tmp.join("ext4-zramd"))?;
-            workload(&ours, &mounted.dir, args)?
-        };
-        ours.server.stop();
-        steps
+    let out = match &args.out {
+        Some(dir) => dir.clone(),
+        None => std::env::temp_dir().join(format!("zramd-untar-figures-{}", std::process::id())),
     };
+    std::fs::create_dir_all(&out).with_context(|| format!("create {}", out.display()))?;
+    println!("{}", seed_header());
+    let mut rows = Vec::new();
+    let mut ours = Vec::new();
+    for &allocator in &args.allocator {
+        if let Some(steps) = run_ours(args, allocator, &tmp)? {
+            rows.extend(Row::all("zramd", allocator.name(), &steps));
+            ours.push((allocator, steps));
+        }
+    }
     let mut theirs_steps = Steps::new();
     if args.no_kernel {
         println!("kernel: skipped (--no-kernel)");
@@ -208,8 +288,12 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         };
         let mounted = Mounted::new(&theirs.dev.dev_path(), false, tmp.join("ext4-kernel"))?;
         theirs_steps = workload(&theirs, &mounted.dir, args)?;
+        rows.extend(Row::all("kernel", &theirs.allocator(), &theirs_steps));
     }
-    print_ratios(&ours_steps, &theirs_steps);
+    for (allocator, steps) in &ours {
+        print_ratios(*allocator, steps, &theirs_steps);
+    }
+    write_figures(&out, &rows)?;
     let _ = std::fs::remove_dir_all(&tmp);
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! The two sides of the untar bench and what runs on them: an ext4 filesystem mounted on a
 //! block device, zramd's device (served in-process through FUSE) and the kernel's, and the
-//! report line of a step.
+//! report of a step (seed 003's columns).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use zramd::serve::Server;
 
-use crate::kernel::KernelZram;
+use zsmalloc::Allocator;
 
-/// `mm_stat` columns a report line prints: the kernel's nine and seed 004's `pages_folded`.
-pub const COLUMNS: usize = 10;
+use super::figures::{Row, Sample, seed_line};
+use crate::kernel::KernelZram;
 
 /// Runs `cmd`; its stderr is the error when it fails.
 pub fn sh(cmd: &mut Command) -> anyhow::Result<()> {
@@ -85,7 +85,10 @@ pub struct FoldCost {
 
 /// One side of the comparison.
 pub trait Side {
+    /// `zramd` or `kernel`.
     fn name(&self) -> &str;
+    /// The allocator its device stores into.
+    fn allocator(&self) -> String;
     fn mm_stat(&self) -> anyhow::Result<Vec<u64>>;
     fn rss(&self) -> Option<u64>;
     /// Waits for background work (compaction) to settle after a step.
@@ -99,10 +102,13 @@ pub trait Side {
 /// zramd's device, served in-process.
 pub struct Ours {
     pub server: Server,
+    /// The allocator its device was set up with.
+    pub allocator: Allocator,
 }
 
 impl Ours {
-    fn device(&self) -> anyhow::Result<std::sync::Arc<zram::Zram>> {
+    /// The device the server serves.
+    pub fn device(&self) -> anyhow::Result<std::sync::Arc<zram::Zram>> {
         self.server
             .registry
             .device("zram0")
@@ -114,6 +120,9 @@ impl Ours {
 impl Side for Ours {
     fn name(&self) -> &str {
         "zramd"
+    }
+    fn allocator(&self) -> String {
+        self.allocator.to_string()
     }
     fn mm_stat(&self) -> anyhow::Result<Vec<u64>> {
         Ok(self.device()?.mm_stat().fields().to_vec())
@@ -157,6 +166,10 @@ impl Side for Theirs {
     fn name(&self) -> &str {
         "kernel"
     }
+    fn allocator(&self) -> String {
+        // The kernel's zram stores into zsmalloc.
+        Allocator::Zsmalloc.to_string()
+    }
     fn mm_stat(&self) -> anyhow::Result<Vec<u64>> {
         Ok(self.dev.mm_stat()?)
     }
@@ -165,49 +178,21 @@ impl Side for Theirs {
     }
 }
 
-/// The header line of the report.
-pub fn header() -> String {
-    let names = [
-        "orig",
-        "compr",
-        "mem_used",
-        "limit",
-        "used_max",
-        "same",
-        "compacted",
-        "huge",
-        "huge_since",
-        "folded",
-    ];
-    let cols: Vec<String> = names.iter().map(|n| format!("{n:>10}")).collect();
-    format!("{:6} {:14} {}", "", "step", cols.join(" "))
-}
-
-/// Prints the step's line: the `mm_stat` columns (`-` for a field the side's `mm_stat`
-/// does not have), the overhead, the RSS, then `extra`; returns the `mm_stat` fields.
-pub fn report(side: &dyn Side, step: &str, extra: &str) -> anyhow::Result<Vec<u64>> {
-    let mm = side.mm_stat()?;
-    let overhead = if mm[1] == 0 {
-        0.0
-    } else {
-        (mm[2] as f64 - mm[1] as f64) / mm[1] as f64
+/// Takes the side's figures after a step of cycle `cycle` and prints them as seed 003's
+/// columns (see [`seed_line`]), then `extra` on a line of its own where not empty.
+pub fn report(side: &dyn Side, cycle: usize, step: &str, extra: &str) -> anyhow::Result<Sample> {
+    let sample = Sample {
+        cycle,
+        step: step.to_owned(),
+        mm: side.mm_stat()?,
+        rss: side.rss(),
     };
-    let line: Vec<String> = (0..COLUMNS)
-        .map(|i| {
-            mm.get(i)
-                .map_or_else(|| format!("{:>10}", "-"), |v| format!("{v:10}"))
-        })
-        .collect();
-    let rss = side.rss().map_or_else(
-        || "       -".to_owned(),
-        |r| format!("{:8.1}", r as f64 / 1048576.0),
-    );
     println!(
-        "{:6} {:14} {}  overhead {:6.2}%  RSS MiB {rss}{extra}",
-        side.name(),
-        step,
-        line.join(" "),
-        overhead * 100.0
+        "{}",
+        seed_line(&Row::new(side.name(), &side.allocator(), &sample, 0, 1))
     );
-    Ok(mm)
+    if !extra.is_empty() {
+        println!("{:16} {:>5} {step:12} {}", "", "", extra.trim());
+    }
+    Ok(sample)
 }
