@@ -23,9 +23,10 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy --workspace --all-targets --locked --features zramd/tls-psk -- -D warnings
 echo "== cargo test"
 cargo test --workspace --locked --release --features zramd/tls-psk -- --nocapture
-echo "== shuttle model checks (zsmalloc locking protocol)"
+echo "== shuttle model checks (the locking protocols of zsmalloc, afmalloc, zbud and malloc)"
 RUSTFLAGS="--cfg shuttle" CARGO_TARGET_DIR=target/shuttle \
-  cargo test -p zsmalloc --locked --release --test shuttle_locking
+  cargo test -p zsmalloc --locked --release --test shuttle_locking \
+  --test shuttle_afmalloc --test shuttle_zbud_malloc
 
 echo "== fuzz smoke (cargo-fuzz, ${FUZZ_SECONDS:=15} s per target)"
 if ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
