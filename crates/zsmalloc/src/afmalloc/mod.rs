@@ -50,6 +50,7 @@ mod check;
 mod compact;
 mod heap;
 mod records;
+mod shrink;
 mod slab;
 mod table;
 
