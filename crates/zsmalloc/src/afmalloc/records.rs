@@ -3,14 +3,14 @@
 //!
 //! # Representation
 //!
-//! One array of `u32` (in blocks, `blocks.rs`); a record is `n` consecutive words, one chunk location per chunk of the
-//! object, largest chunk first, where `n` (2..=9) is the number of one bits of the
-//! object's size in 8-byte units, so the record needs no length of its own (the table
-//! entry holds the size). Freed records are kept on one free list per length, linked
-//! through their first word, and reused before the store grows. Compaction packs it
-//! (`shrink.rs`): the live records slide to the front in offset order ([`Records::move_down`]),
-//! the free lists are forgotten and the blocks past the live words are dropped
-//! ([`Records::truncate_packed`]). Its capacity is counted as metadata.
+//! One array of `u32` (in blocks, `blocks.rs`); a record is `n` consecutive words, one
+//! chunk location per chunk of the object, largest chunk first, where `n` (2..=9) is the
+//! number of one bits of the object's size in 8-byte units, so the record needs no length
+//! of its own (the table entry holds the size). Freed records are kept on one free list per
+//! length, linked through their first word, and reused before the store grows. Compaction
+//! packs it (`shrink.rs`): the live records slide to the front in offset order
+//! ([`Records::move_down`]), the free lists are forgotten and the blocks past the live
+//! words are dropped ([`Records::truncate_packed`]). Its capacity is counted as metadata.
 
 use super::blocks::Blocks;
 use super::table::MAX_RECORD;

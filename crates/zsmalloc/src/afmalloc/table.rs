@@ -349,3 +349,81 @@ impl Table {
         self.words.metadata_bytes()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn single() -> Object {
+        Object::Single {
+            order: 0,
+            size: 8,
+            loc: 0,
+        }
+    }
+
+    /// A table of `n` entries whose last `n - keep` are freed.
+    fn table(n: usize, keep: usize) -> (Table, Vec<(u32, u64)>) {
+        let mut t = Table::new();
+        let named: Vec<_> = (0..n).map(|_| t.alloc(single()).unwrap()).collect();
+        for &(e, _) in &named[keep..] {
+            t.free(e);
+        }
+        (t, named)
+    }
+
+    #[test]
+    fn trim_drops_the_free_tail_and_regrown_entries_refuse_stale_handles() {
+        let (mut t, named) = table(2000, 10);
+        // Some churn below the tail, so the free list mixes kept and trimmed entries.
+        t.free(named[3].0);
+        assert!(t.trim() > 0);
+        assert_eq!((t.len(), t.live(), t.free_listed()), (10, 9, 1));
+        assert_eq!(t.regrow_gen, 1);
+        t.check_trim().unwrap();
+        for &(e, g) in &named[10..] {
+            assert_eq!(t.get(e, g), None);
+        }
+        // Entry 3 is reused first, then the table grows at generation 1.
+        assert_eq!(t.alloc(single()), Some((3, 1)));
+        for &(e, g) in &named[10..] {
+            let (again, generation) = t.alloc(single()).unwrap();
+            assert_eq!((again, generation), (e, 1));
+            assert_eq!(t.get(e, g), None);
+        }
+    }
+
+    #[test]
+    fn no_trim_when_a_generation_wrapped_or_nothing_to_free() {
+        let (mut t, _) = table(2000, 1990);
+        assert_eq!(t.trim(), 0, "no whole block to free");
+        // A forgotten generation above the limit: kept.
+        let mut t = Table::new();
+        let e = t.alloc(single()).unwrap().0;
+        for _ in 0..=TRIM_GEN_LIMIT {
+            t.free(e);
+            assert_eq!(t.alloc(single()).unwrap().0, e);
+        }
+        let more: Vec<_> = (0..2000).map(|_| t.alloc(single()).unwrap().0).collect();
+        t.free(e);
+        for e in more {
+            t.free(e);
+        }
+        assert_eq!(t.trim(), 0);
+        assert_eq!(t.len(), 2001);
+        // A wrapped generation: never trimmed again.
+        let mut t = Table::new();
+        let e = t.alloc(single()).unwrap().0;
+        for _ in 0..=GEN_MASK {
+            t.free(e);
+            assert_eq!(t.alloc(single()).unwrap().0, e);
+        }
+        assert!(t.wrapped);
+        let more: Vec<_> = (0..2000).map(|_| t.alloc(single()).unwrap().0).collect();
+        for e in more {
+            t.free(e);
+        }
+        assert_eq!(t.trim(), 0);
+        assert_eq!(t.len(), 2001);
+    }
+}
