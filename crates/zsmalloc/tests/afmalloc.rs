@@ -276,3 +276,247 @@ fn metadata_per_object_is_within_the_stated_bound() {
         assert_eq!(a.total_pages(), 0);
     }
 }
+
+/// The bytes object `i` of `len` bytes holds.
+fn fill_object(buf: &mut [u8], i: usize) {
+    for (j, b) in buf.iter_mut().enumerate() {
+        *b = (i.wrapping_mul(31) ^ j.wrapping_mul(7)) as u8;
+    }
+}
+
+fn assert_object(a: &dyn Backend, h: Handle, i: usize, len: usize, buf: &mut [u8]) {
+    fill_object(&mut buf[..len], i);
+    let mut same = false;
+    a.read_with(h, len, &mut |b| same = b == &buf[..len])
+        .unwrap();
+    assert!(same, "object {i} changed");
+}
+
+/// What the live objects of `sizes` (0: freed) need: their own metadata (handle word and
+/// record).
+fn live_metadata(sizes: &[usize]) -> usize {
+    sizes
+        .iter()
+        .filter(|&&s| s > 0)
+        .map(|&s| object_metadata(s))
+        .sum()
+}
+
+/// The most metadata a compacted allocator may hold: 1.5 × what the live objects need
+/// (`live`) and their slabs' bookkeeping, the handle table's free entries below the last
+/// live one (`table_holes` bytes), the page source's list of the pages freed since the
+/// high-water mark of `full_pages` (8 bytes each, in a `Vec`: up to 16) and the spare
+/// room.
+fn shrunk_bound(live: usize, table_holes: usize, full_pages: usize, pages: usize) -> usize {
+    live * 3 / 2
+        + table_holes
+        + 3 * SLAB_BYTES * pages / 2
+        + 16 * (full_pages - pages)
+        + SPARE_BYTES
+}
+
+/// Mass frees, then compaction: the record store, the slab array and the handle table's
+/// free tail shrink to what the live objects need; objects and handles survive; stale
+/// handles are refused, those of trimmed entries too; refilling grows the tables again.
+#[test]
+fn compaction_shrinks_metadata_to_the_live_objects() {
+    let a = afmalloc(1);
+    let mut rng = SmallRng::seed_from_u64(21);
+    let n = 200_000;
+    let mut buf = vec![0u8; 4096];
+    let mut sizes = vec![0usize; n];
+    let mut handles = Vec::with_capacity(n);
+    for (i, size) in sizes.iter_mut().enumerate() {
+        *size = rng.gen_range(600..=3000);
+        let h = a.malloc(*size).unwrap();
+        fill_object(&mut buf[..*size], i);
+        a.write(h, &buf[..*size]).unwrap();
+        handles.push(h);
+    }
+    let full = a.metadata_bytes();
+    let full_pages = a.total_pages();
+    let mut stale = Vec::new();
+    for i in 0..n {
+        if rng.gen_range(0..10) != 0 {
+            a.free(handles[i]).unwrap();
+            stale.push(handles[i]);
+            sizes[i] = 0;
+        }
+    }
+    let before = a.metadata_bytes();
+    let (freeable, compactable) = (a.freeable_pages(), a.compactable_pages());
+    assert!(compactable > freeable, "{compactable} <= {freeable}");
+    let freed = a.compact();
+    a.check_invariants().unwrap();
+    let after = a.metadata_bytes();
+    let live = live_metadata(&sizes);
+    let live_objects = sizes.iter().filter(|&&s| s > 0).count();
+    // Live entries cannot move (a handle names its entry), so the free entries between
+    // them stay: 8 bytes per freed object below the last live one.
+    let table_holes = 8 * (n - live_objects);
+    let bound = shrunk_bound(live, table_holes, full_pages, a.total_pages());
+    println!(
+        "{n} objects of 600-3000 B: metadata {full} B full ({full_pages} pages); 90% freed: \
+         {before} B; compacted ({freed} pages freed, {} held): {after} B, bound {bound} \
+         (live objects' own {live} B, table holes {table_holes} B)",
+        a.total_pages()
+    );
+    assert!(after <= bound, "{after} > {bound}");
+    assert!(after < before / 2, "{after} >= {before} / 2");
+    assert_eq!(a.compactable_pages(), 0);
+    for (i, &h) in handles.iter().enumerate() {
+        if sizes[i] > 0 {
+            assert_object(&a, h, i, sizes[i], &mut buf);
+        }
+    }
+    for &h in &stale {
+        assert!(matches!(
+            a.read(h, &mut buf[..1]),
+            Err(Error::StaleHandle(_))
+        ));
+    }
+
+    // Free the newer half outright: the table's free tail is trimmed too.
+    for i in n / 2..n {
+        if sizes[i] > 0 {
+            a.free(handles[i]).unwrap();
+            stale.push(handles[i]);
+            sizes[i] = 0;
+        }
+    }
+    a.compact();
+    a.check_invariants().unwrap();
+    let trimmed = a.metadata_bytes();
+    let live = live_metadata(&sizes);
+    let live_objects = sizes.iter().filter(|&&s| s > 0).count();
+    let table_holes = 8 * (n / 2 - live_objects);
+    let bound = shrunk_bound(live, table_holes, full_pages, a.total_pages());
+    println!("newer half freed, compacted: {trimmed} B, bound {bound}");
+    assert!(trimmed <= bound, "{trimmed} > {bound}");
+    for &h in &stale {
+        assert!(matches!(
+            a.read(h, &mut buf[..1]),
+            Err(Error::StaleHandle(_))
+        ));
+        assert!(matches!(a.free(h), Err(Error::StaleHandle(_))));
+    }
+
+    // Refill: the tables grow again; old handles stay valid, stale ones refused.
+    let mut more = Vec::new();
+    for i in n..n + n / 2 {
+        let size = rng.gen_range(600..=3000);
+        let h = a.malloc(size).unwrap();
+        fill_object(&mut buf[..size], i);
+        a.write(h, &buf[..size]).unwrap();
+        more.push((h, i, size));
+    }
+    a.check_invariants().unwrap();
+    let refilled = a.metadata_bytes();
+    println!("refilled {} objects: {refilled} B", n / 2);
+    assert!(refilled > trimmed + n / 2 * 8);
+    for &h in &stale {
+        assert!(matches!(
+            a.read(h, &mut buf[..1]),
+            Err(Error::StaleHandle(_))
+        ));
+    }
+    for (i, &h) in handles.iter().enumerate() {
+        if sizes[i] > 0 {
+            assert_object(&a, h, i, sizes[i], &mut buf);
+        }
+    }
+    for &(h, i, size) in &more {
+        assert_object(&a, h, i, size, &mut buf);
+    }
+    // Churn after the refill, compaction again, then everything goes.
+    for &(h, _, _) in more.iter().step_by(2) {
+        a.free(h).unwrap();
+    }
+    a.compact();
+    a.check_invariants().unwrap();
+    for &(h, i, size) in more.iter().skip(1).step_by(2) {
+        assert_object(&a, h, i, size, &mut buf);
+        a.free(h).unwrap();
+    }
+    for (i, &h) in handles.iter().enumerate() {
+        if sizes[i] > 0 {
+            a.free(h).unwrap();
+        }
+    }
+    a.compact();
+    a.check_invariants().unwrap();
+    assert_eq!(a.total_pages(), 0);
+    println!("all freed, compacted: {} B", a.metadata_bytes());
+}
+
+/// Threads filling and mass-freeing while another compacts: compaction's shrinking (slab
+/// renumbering, record packing, table trimming) races with their operations under the heap
+/// locks, and every object reads back what was written.
+#[test]
+fn threads_racing_with_shrinking_compaction_read_what_they_wrote() {
+    let a = Arc::new(afmalloc(2));
+    let done = Arc::new(AtomicBool::new(false));
+    let compactor = {
+        let (a, done) = (Arc::clone(&a), Arc::clone(&done));
+        std::thread::spawn(move || {
+            let mut passes = 0;
+            while !done.load(Ordering::Relaxed) && passes < 100_000 {
+                a.compact();
+                passes += 1;
+            }
+        })
+    };
+    let workers: Vec<_> = (0..4u64)
+        .map(|t| {
+            let a = Arc::clone(&a);
+            std::thread::spawn(move || {
+                let mut rng = SmallRng::seed_from_u64(100 + t);
+                let mut mine: Vec<(Handle, usize, usize)> = Vec::new();
+                let mut buf = vec![0u8; 4096];
+                for round in 0..3usize {
+                    for i in 0..8000 {
+                        let id = (t as usize) << 40 | round << 20 | i;
+                        let size = rng.gen_range(600..=3000);
+                        let h = a.malloc(size).unwrap();
+                        fill_object(&mut buf[..size], id);
+                        a.write(h, &buf[..size]).unwrap();
+                        mine.push((h, id, size));
+                    }
+                    let mut kept = Vec::new();
+                    for (h, id, size) in mine {
+                        if rng.gen_range(0..10) == 0 {
+                            kept.push((h, id, size));
+                        } else {
+                            a.free(h).unwrap();
+                            assert!(matches!(a.free(h), Err(Error::StaleHandle(_))));
+                        }
+                    }
+                    mine = kept;
+                    for &(h, id, size) in &mine {
+                        assert_object(&*a, h, id, size, &mut buf);
+                    }
+                }
+                for (h, id, size) in mine {
+                    assert_object(&*a, h, id, size, &mut buf);
+                    a.free(h).unwrap();
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    done.store(true, Ordering::Relaxed);
+    compactor.join().unwrap();
+    a.check_invariants().unwrap();
+    a.compact();
+    a.check_invariants().unwrap();
+    assert_eq!(
+        (a.objects(), a.total_pages(), a.compactable_pages()),
+        (0, 0, 0)
+    );
+    println!(
+        "all freed and compacted: {} metadata bytes",
+        a.metadata_bytes()
+    );
+}

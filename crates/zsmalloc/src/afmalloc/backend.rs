@@ -13,7 +13,7 @@ use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::handle::Handle;
 use crate::sync::Mutex;
-use crate::sys::PAGE_SIZE;
+use crate::sys::{PAGE_SIZE, malloc_trim};
 
 impl Backend for Afmalloc {
     fn allocator(&self) -> Allocator {
@@ -77,12 +77,20 @@ impl Backend for Afmalloc {
         Ok(())
     }
 
+    /// Evacuates sparse slabs, then shrinks each heap's metadata (`shrink.rs`); when that
+    /// gave blocks back, asks malloc to return its free memory to the OS (`malloc_trim`),
+    /// as it keeps freed 4 KiB blocks otherwise. Returns the slabs (pages) dropped.
     fn compact(&self) -> usize {
-        let freed: usize = self
-            .heaps
-            .iter()
-            .map(|heap| heap.lock().compact(&self.source))
-            .sum();
+        let mut freed = 0;
+        let mut shrunk = 0;
+        for heap in self.heaps.iter() {
+            let mut heap = heap.lock();
+            freed += heap.compact(&self.source);
+            shrunk += heap.shrink();
+        }
+        if shrunk > 0 {
+            malloc_trim();
+        }
         self.pages_compacted
             .fetch_add(freed as u64, Ordering::Relaxed);
         freed
@@ -94,6 +102,19 @@ impl Backend for Afmalloc {
 
     fn freeable_pages(&self) -> usize {
         self.heaps.iter().map(|heap| heap.lock().freeable()).sum()
+    }
+
+    /// The slabs compaction could free and the metadata blocks (4 KiB) it would give
+    /// back from the slab arrays and record stores, so that a quiet pool whose objects
+    /// were mostly freed is compacted for its metadata too.
+    fn compactable_pages(&self) -> usize {
+        self.heaps
+            .iter()
+            .map(|heap| {
+                let heap = heap.lock();
+                heap.freeable() + heap.shrinkable_blocks()
+            })
+            .sum()
     }
 
     fn huge_class_size(&self) -> usize {

@@ -112,6 +112,10 @@ impl Heap {
                 self.table.free_listed()
             ));
         }
+        self.table.check_trim()?;
+        if !self.records.is_tight() {
+            return Err("records: blocks disagree with the store's length".into());
+        }
         if record_words != self.records.live_words() {
             return Err(format!(
                 "records: {record_words} words in use, counted {}",
@@ -199,6 +203,9 @@ fn check_cache(cache: &Cache) -> Result<Bits, String> {
             cache.live_slabs(),
             cache.used()
         ));
+    }
+    if !cache.is_tight() {
+        return Err(format!("cache {order}: slab blocks disagree with its ids"));
     }
     let mut ids = Bits::new(cache.ids());
     for &id in cache.free_ids() {

@@ -10,7 +10,8 @@
 //! slab is dropped when its last chunk leaves. The whole pass runs under the heap's lock,
 //! so no reader sees a chunk half moved and no handle ever names a freed chunk. Cost:
 //! O(table entries + slabs log slabs) time, a temporary vector of the slabs' fill counts,
-//! no lasting memory.
+//! no lasting memory. The allocator's `compact` then shrinks the heap's metadata under the
+//! same lock (`Heap::shrink`, `shrink.rs`).
 
 use std::sync::Arc;
 

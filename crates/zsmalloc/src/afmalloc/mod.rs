@@ -20,8 +20,12 @@
 //!   slab (0.8% of the slabs' memory; 12 bytes per 1.5 KiB object), the tables' spare
 //!   room (they grow in 4 KiB blocks, `blocks.rs`: at most a block each) and the page
 //!   source's lists of free pages, all counted in
-//!   [`Backend::metadata_bytes`](crate::Backend::metadata_bytes). The tables never
-//!   shrink: after mass frees their entries wait for reuse.
+//!   [`Backend::metadata_bytes`](crate::Backend::metadata_bytes). Between compactions
+//!   the tables only grow (freed entries wait for reuse); compaction shrinks them to what
+//!   the live objects need (`shrink.rs`): it renumbers the slabs and cuts the slab arrays,
+//!   packs the record store, and trims the handle table's free entries past the last live
+//!   one (live entries cannot move, so free ones between them stay), then asks malloc to
+//!   return the freed blocks (`malloc_trim`). `compactable_pages` counts those blocks.
 //! - The allocator is split into up to 16 *heaps* (one per CPU by default, or
 //!   `PoolConfig::shards`), each a handle table, a record store and ten chunk caches under
 //!   one lock. A thread allocates from its own heap (taking another that is free when its
@@ -50,6 +54,7 @@ mod check;
 mod compact;
 mod heap;
 mod records;
+mod shrink;
 mod slab;
 mod table;
 

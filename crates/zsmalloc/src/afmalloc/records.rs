@@ -3,12 +3,14 @@
 //!
 //! # Representation
 //!
-//! One array of `u32` (in blocks, `blocks.rs`); a record is `n` consecutive words, one chunk location per chunk of the
-//! object, largest chunk first, where `n` (2..=9) is the number of one bits of the
-//! object's size in 8-byte units, so the record needs no length of its own (the table
-//! entry holds the size). Freed records are kept on one free list per length, linked
-//! through their first word, and reused before the store grows; the store never shrinks
-//! (its capacity is counted as metadata).
+//! One array of `u32` (in blocks, `blocks.rs`); a record is `n` consecutive words, one
+//! chunk location per chunk of the object, largest chunk first, where `n` (2..=9) is the
+//! number of one bits of the object's size in 8-byte units, so the record needs no length
+//! of its own (the table entry holds the size). Freed records are kept on one free list per
+//! length, linked through their first word, and reused before the store grows. Compaction
+//! packs it (`shrink.rs`): the live records slide to the front in offset order
+//! ([`Records::move_down`]), the free lists are forgotten and the blocks past the live
+//! words are dropped ([`Records::truncate_packed`]). Its capacity is counted as metadata.
 
 use super::blocks::Blocks;
 use super::table::MAX_RECORD;
@@ -75,6 +77,29 @@ impl Records {
         *self.words.get_mut(at as usize + i) = loc;
     }
 
+    /// Copies the record of `len` words at `from` down to `to` (`to <= from`; the two may
+    /// overlap).
+    pub fn move_down(&mut self, from: u32, to: u32, len: usize) {
+        debug_assert!(to <= from);
+        for i in 0..len {
+            let word = *self.words.get(from as usize + i);
+            *self.words.get_mut(to as usize + i) = word;
+        }
+    }
+
+    /// Blocks packing would drop: those beyond what the live words need.
+    pub fn shrinkable_blocks(&self) -> usize {
+        self.words.blocks() - Blocks::<u32>::blocks_for(self.live_words)
+    }
+
+    /// Ends a packing that moved every live record below `end` (= the live words): the
+    /// free records are forgotten and the words from `end` dropped; the blocks dropped.
+    pub fn truncate_packed(&mut self, end: usize) -> usize {
+        debug_assert_eq!(end, self.live_words);
+        self.free = [NONE; MAX_RECORD_LEN + 1];
+        self.words.truncate(end)
+    }
+
     /// Words in live records.
     pub fn live_words(&self) -> usize {
         self.live_words
@@ -101,6 +126,11 @@ impl Records {
     /// Words in the store (live and free).
     pub fn len(&self) -> usize {
         self.words.len()
+    }
+
+    /// Whether the store holds exactly the blocks its words need.
+    pub fn is_tight(&self) -> bool {
+        self.words.is_tight()
     }
 
     /// Bytes the store holds.

@@ -7,8 +7,11 @@
 //! were handed out at least once, those at or above it never were (so a fresh slab needs no
 //! initialising); freed chunks below `bump` are linked through their first two bytes (the
 //! chunk index of the next free one), so a slab needs no bitmap. Slabs live in an array
-//! (in blocks, `blocks.rs`) indexed by *slab id* (ids of dropped slabs are reused), and a chunk's *location* is a
-//! `u32`: slab id × 512 + chunk index.
+//! (in blocks, `blocks.rs`) indexed by *slab id* (ids of dropped slabs are reused), and a
+//! chunk's *location* is a `u32`: slab id × 512 + chunk index. Compaction renumbers the
+//! slabs ([`Cache::renumber`]) so that the live ones take ids `0..live`, and drops the
+//! array's blocks past them; the owners' locations are rewritten by the heap
+//! (`shrink.rs`).
 //!
 //! # Rules
 //!
@@ -373,6 +376,61 @@ impl Cache {
                 }
             }
         }
+    }
+
+    /// Whether the slab array holds exactly the blocks its ids need.
+    pub fn is_tight(&self) -> bool {
+        self.slabs.is_tight()
+    }
+
+    /// Blocks of the slab array renumbering would drop.
+    pub fn shrinkable_blocks(&self) -> usize {
+        self.slabs.blocks() - Blocks::<Option<Slab>>::blocks_for(self.live_slabs)
+    }
+
+    /// Gives the live slabs the ids `0..live`: each live slab of a higher id moves (its
+    /// page is not copied) to a free lower id, and the array is cut at `live`. Returns the
+    /// map of the moves, `map[old - live] = new` (`u32::MAX`: not a live slab), by which
+    /// the caller must rewrite every location in a moved slab before the next operation.
+    /// Not while evacuating.
+    pub fn renumber(&mut self) -> Vec<u32> {
+        let live = self.live_slabs;
+        let mut low: Vec<u32> = self
+            .free_ids
+            .iter()
+            .copied()
+            .filter(|&id| (id as usize) < live)
+            .collect();
+        let above = (live..self.slabs.len())
+            .filter(|&id| self.slabs.get(id).is_some())
+            .count();
+        // As many free ids below `live` as live slabs above it, unless the counts are
+        // broken (then nothing moves; `check_invariants` reports it).
+        if above != low.len() {
+            return Vec::new();
+        }
+        let mut map = vec![u32::MAX; self.slabs.len() - live];
+        for old in live..self.slabs.len() {
+            let Some(new) = (if self.slabs.get(old).is_some() {
+                low.pop()
+            } else {
+                None
+            }) else {
+                continue;
+            };
+            let slab = self.slabs.get_mut(old).take();
+            if let Some(pos) = slab.as_ref().map(|s| s.partial_pos)
+                && pos != NOT_PARTIAL
+            {
+                self.partial[pos as usize] = new;
+            }
+            *self.slabs.get_mut(new as usize) = slab;
+            map[old - live] = new;
+        }
+        self.free_ids = Vec::new();
+        self.partial.shrink_to_fit();
+        self.slabs.truncate(live);
+        map
     }
 
     /// Bytes of bookkeeping this cache holds.

@@ -33,7 +33,11 @@
 //! A handle names a live object when its magic is right, its heap exists, its entry is
 //! live and its generation is the entry's. Freeing bumps the generation (mod 2^22) and
 //! entries are reused oldest first, so a stale handle is refused until its entry has been
-//! reused 2^22 times. Nothing here trusts a handle's bits beyond these checks.
+//! reused 2^22 times. Compaction may trim the free entries past the last live one
+//! ([`Table::trim`]): a handle past the end is refused, and an entry made again starts at
+//! a generation above every handle given out for the one trimmed, so its stale handles
+//! stay refused for at least 2^21 reuses. Nothing here trusts a handle's bits beyond
+//! these checks.
 
 use super::blocks::Blocks;
 use crate::handle::Handle;
@@ -158,6 +162,12 @@ fn word_object(word: u64) -> Option<Object> {
     })
 }
 
+/// Compaction trims the table only while the generations it would forget are at most
+/// this, so that an entry made again, which starts at the largest generation forgotten,
+/// refuses the stale handles of the one trimmed for at least `2^22 - TRIM_GEN_LIMIT`
+/// reuses.
+const TRIM_GEN_LIMIT: u64 = 1 << (GEN_BITS - 1);
+
 /// A heap's handle table: one word per entry, free entries linked oldest first.
 #[derive(Debug)]
 pub(super) struct Table {
@@ -165,6 +175,11 @@ pub(super) struct Table {
     free_head: u32,
     free_tail: u32,
     live: usize,
+    /// The generation an entry gets when the table grows: above every generation of a
+    /// handle ever given out for an entry at or past the table's end (`trim`).
+    regrow_gen: u64,
+    /// Some entry's generation wrapped round (then `trim` never trims again).
+    wrapped: bool,
 }
 
 impl Table {
@@ -174,6 +189,8 @@ impl Table {
             free_head: NO_ENTRY,
             free_tail: NO_ENTRY,
             live: 0,
+            regrow_gen: 0,
+            wrapped: false,
         }
     }
 
@@ -183,7 +200,7 @@ impl Table {
             let entry = u32::try_from(self.words.len())
                 .ok()
                 .filter(|&e| e != NO_ENTRY)?;
-            self.words.push(free_word(0, NO_ENTRY));
+            self.words.push(free_word(self.regrow_gen, NO_ENTRY));
             entry
         } else {
             let entry = self.free_head;
@@ -227,7 +244,9 @@ impl Table {
     /// Frees a live entry, bumping its generation and queueing it last for reuse.
     pub fn free(&mut self, entry: u32) {
         let word = self.words.get_mut(entry as usize);
-        *word = free_word((word_generation(*word) + 1) & GEN_MASK, NO_ENTRY);
+        let generation = (word_generation(*word) + 1) & GEN_MASK;
+        *word = free_word(generation, NO_ENTRY);
+        self.wrapped |= generation == 0;
         if self.free_tail == NO_ENTRY {
             self.free_head = entry;
         } else {
@@ -236,6 +255,68 @@ impl Table {
         }
         self.free_tail = entry;
         self.live -= 1;
+    }
+
+    /// Drops the free entries past the last live one, when that frees a block and no
+    /// generation is lost that a stale handle could meet again soon: the table's
+    /// generations never wrapped and those forgotten are at most `TRIM_GEN_LIMIT`. Entries
+    /// made again start at the largest generation forgotten (`regrow_gen`), which is above
+    /// every handle given out for them, so a stale handle of a trimmed entry is refused
+    /// (past the end, then by generation for at least 2^21 reuses). Returns the blocks
+    /// dropped.
+    pub fn trim(&mut self) -> usize {
+        if self.wrapped {
+            return 0;
+        }
+        let mut end = self.words.len();
+        let mut forgotten = self.regrow_gen;
+        while end > 0 {
+            let word = *self.words.get(end - 1);
+            if word & LIVE != 0 {
+                break;
+            }
+            forgotten = forgotten.max(word_generation(word));
+            end -= 1;
+        }
+        if Blocks::<u64>::blocks_for(end) == self.words.blocks() || forgotten > TRIM_GEN_LIMIT {
+            return 0;
+        }
+        // Unlink the entries from `end`, keeping the others' order (oldest first).
+        let (mut head, mut tail) = (NO_ENTRY, NO_ENTRY);
+        let mut e = self.free_head;
+        let mut steps = 0;
+        while e != NO_ENTRY && (e as usize) < self.words.len() && steps <= self.words.len() {
+            let next = (*self.words.get(e as usize) & mask(ENTRY_BITS)) as u32;
+            if (e as usize) < end {
+                let word = self.words.get_mut(e as usize);
+                *word = free_word(word_generation(*word), NO_ENTRY);
+                if tail == NO_ENTRY {
+                    head = e;
+                } else {
+                    let last = self.words.get_mut(tail as usize);
+                    *last = free_word(word_generation(*last), e);
+                }
+                tail = e;
+            }
+            e = next;
+            steps += 1;
+        }
+        self.free_head = head;
+        self.free_tail = tail;
+        self.regrow_gen = forgotten;
+        self.words.truncate(end)
+    }
+
+    /// Checks the trimming state: `regrow_gen` within the limit, the entries in exactly
+    /// the blocks they need.
+    pub fn check_trim(&self) -> Result<(), String> {
+        if self.regrow_gen > TRIM_GEN_LIMIT {
+            return Err(format!("table: regrow generation {}", self.regrow_gen));
+        }
+        if !self.words.is_tight() {
+            return Err("table: blocks disagree with its length".into());
+        }
+        Ok(())
     }
 
     /// Entries (live and free).
@@ -266,5 +347,83 @@ impl Table {
     /// Bytes the table holds.
     pub fn metadata_bytes(&self) -> usize {
         self.words.metadata_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn single() -> Object {
+        Object::Single {
+            order: 0,
+            size: 8,
+            loc: 0,
+        }
+    }
+
+    /// A table of `n` entries whose last `n - keep` are freed.
+    fn table(n: usize, keep: usize) -> (Table, Vec<(u32, u64)>) {
+        let mut t = Table::new();
+        let named: Vec<_> = (0..n).map(|_| t.alloc(single()).unwrap()).collect();
+        for &(e, _) in &named[keep..] {
+            t.free(e);
+        }
+        (t, named)
+    }
+
+    #[test]
+    fn trim_drops_the_free_tail_and_regrown_entries_refuse_stale_handles() {
+        let (mut t, named) = table(2000, 10);
+        // Some churn below the tail, so the free list mixes kept and trimmed entries.
+        t.free(named[3].0);
+        assert!(t.trim() > 0);
+        assert_eq!((t.len(), t.live(), t.free_listed()), (10, 9, 1));
+        assert_eq!(t.regrow_gen, 1);
+        t.check_trim().unwrap();
+        for &(e, g) in &named[10..] {
+            assert_eq!(t.get(e, g), None);
+        }
+        // Entry 3 is reused first, then the table grows at generation 1.
+        assert_eq!(t.alloc(single()), Some((3, 1)));
+        for &(e, g) in &named[10..] {
+            let (again, generation) = t.alloc(single()).unwrap();
+            assert_eq!((again, generation), (e, 1));
+            assert_eq!(t.get(e, g), None);
+        }
+    }
+
+    #[test]
+    fn no_trim_when_a_generation_wrapped_or_nothing_to_free() {
+        let (mut t, _) = table(2000, 1990);
+        assert_eq!(t.trim(), 0, "no whole block to free");
+        // A forgotten generation above the limit: kept.
+        let mut t = Table::new();
+        let e = t.alloc(single()).unwrap().0;
+        for _ in 0..=TRIM_GEN_LIMIT {
+            t.free(e);
+            assert_eq!(t.alloc(single()).unwrap().0, e);
+        }
+        let more: Vec<_> = (0..2000).map(|_| t.alloc(single()).unwrap().0).collect();
+        t.free(e);
+        for e in more {
+            t.free(e);
+        }
+        assert_eq!(t.trim(), 0);
+        assert_eq!(t.len(), 2001);
+        // A wrapped generation: never trimmed again.
+        let mut t = Table::new();
+        let e = t.alloc(single()).unwrap().0;
+        for _ in 0..=GEN_MASK {
+            t.free(e);
+            assert_eq!(t.alloc(single()).unwrap().0, e);
+        }
+        assert!(t.wrapped);
+        let more: Vec<_> = (0..2000).map(|_| t.alloc(single()).unwrap().0).collect();
+        for e in more {
+            t.free(e);
+        }
+        assert_eq!(t.trim(), 0);
+        assert_eq!(t.len(), 2001);
     }
 }
