@@ -78,7 +78,11 @@ fn out_of_memory_is_an_error_on_every_allocator() {
         cap_address_space(libc::RLIM_INFINITY);
         let e = refused.unwrap_or_else(|| panic!("{allocator}: never ran out"));
         assert!(matches!(e, Error::OutOfMemory(_)), "{allocator}: {e}");
-        assert!(handles.len() > 10_000, "{allocator}: only {} objects", handles.len());
+        assert!(
+            handles.len() > 10_000,
+            "{allocator}: only {} objects",
+            handles.len()
+        );
         again.unwrap_or_else(|e| panic!("{allocator}: after freeing {freed}: {e}"));
         for (i, (h, size)) in handles.iter().enumerate().step_by(2) {
             backend.read(*h, &mut buf[..*size]).unwrap();
