@@ -6,6 +6,9 @@
 //! clearly where the allocator cannot share.
 
 mod common;
+#[path = "common/post.rs"]
+#[expect(dead_code, reason = "only the settings: no stalling store here")]
+mod post;
 #[path = "common/text.rs"]
 mod text;
 
@@ -14,29 +17,17 @@ use std::sync::Arc;
 use common::random;
 use zram::backing::{Backing, MemBacking};
 use zram::{
-    Algorithm, AlgorithmParams, Allocator, Error, IdleRequest, Mode, PAGE_SIZE, RecompAlgorithm,
-    RecompressRequest, Size, WritebackRequest, Zram, ZramConfig,
+    Allocator, Error, IdleRequest, Mode, PAGE_SIZE, RecompressRequest, Size, WritebackRequest,
+    Zram, ZramConfig,
 };
 
 const PAGES: usize = 96;
 const P: u64 = PAGE_SIZE as u64;
 
-/// lz4, recompressing with zstd at priority 1, no background compaction.
+/// The post-processing tests' device (lz4, zstd at priority 1, no background
+/// compaction) on `allocator`.
 fn config(allocator: Allocator) -> ZramConfig {
-    let mut c = ZramConfig {
-        disksize: (PAGES * PAGE_SIZE) as u64,
-        algorithm: Algorithm::Lz4,
-        recomp_algorithm: vec![RecompAlgorithm {
-            priority: 1,
-            algorithm: Algorithm::Zstd,
-            params: AlgorithmParams {
-                level: Some(9),
-                dictionary: None,
-            },
-        }],
-        auto_compact: None,
-        ..ZramConfig::default()
-    };
+    let mut c = post::config(PAGES, 4);
     c.pool.allocator = allocator;
     c
 }
