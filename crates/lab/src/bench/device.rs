@@ -22,6 +22,10 @@ pub struct Args {
     /// The device's settings, as `zramd serve` takes them (its size is the input's).
     #[command(flatten)]
     device: ZramConfig,
+    /// The device's allocator (seed 003): zsmalloc, afmalloc, zbud or malloc; the kernel's
+    /// side is always zsmalloc.
+    #[arg(long, value_enum, default_value_t = zram::Allocator::Zsmalloc)]
+    allocator: zram::Allocator,
     /// Streams (threads) writing and reading at once.
     #[arg(long, default_value_t = 1)]
     threads: usize,
@@ -93,10 +97,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     }
     let mb = data.bytes().len() as f64 / 1e6;
     println!(
-        "input {} ({:.1} MB), {}, chain {}, {} stream(s), median of {} runs each",
+        "input {} ({:.1} MB), {}, {} (chain {}), {} stream(s), median of {} runs each",
         input.display(),
         mb,
         args.device.algorithm,
+        args.allocator,
         args.device.pool.chain_size,
         args.threads,
         args.repeat.max(1)
@@ -177,10 +182,12 @@ fn timed(
 
 fn run_zramd(args: &Args, data: &[u8]) -> anyhow::Result<Run> {
     let pages = data.len() / PAGE;
-    let dev = Zram::new(ZramConfig {
+    let mut config = ZramConfig {
         disksize: data.len() as u64,
         ..args.device.clone()
-    })?;
+    };
+    config.pool.allocator = args.allocator;
+    let dev = Zram::new(config)?;
     let write = timed(pages, args.threads, |r| {
         for p in r {
             dev.write((p * PAGE) as u64, &data[p * PAGE..(p + 1) * PAGE])?;
