@@ -153,12 +153,12 @@ fn compaction_frees_what_it_promised_and_keeps_every_object() {
     a.check_invariants().unwrap();
 }
 
-#[test]
-fn threads_racing_with_compaction_always_read_what_they_wrote() {
-    let a = Arc::new(afmalloc(2));
+/// Runs `work` while another thread compacts `a` over and over (until `work` returns, at
+/// most 100 000 passes); returns the pages compaction freed meanwhile.
+fn while_compacting(a: &Arc<Afmalloc>, work: impl FnOnce()) -> usize {
     let done = Arc::new(AtomicBool::new(false));
     let compactor = {
-        let (a, done) = (Arc::clone(&a), Arc::clone(&done));
+        let (a, done) = (Arc::clone(a), Arc::clone(&done));
         std::thread::spawn(move || {
             let mut passes = 0;
             let mut freed = 0;
@@ -169,43 +169,51 @@ fn threads_racing_with_compaction_always_read_what_they_wrote() {
             freed
         })
     };
-    let workers: Vec<_> = (0..4u64)
-        .map(|t| {
-            let a = Arc::clone(&a);
-            std::thread::spawn(move || {
-                let mut rng = SmallRng::seed_from_u64(t);
-                let mut mine: Vec<(Handle, Vec<u8>)> = Vec::new();
-                for i in 0..6000u64 {
-                    if mine.len() < 300 && rng.gen_range(0..3) != 0 {
-                        let size = rng.gen_range(1..=4096);
-                        let h = a.malloc(size).unwrap();
-                        let data = pattern(t << 32 | i, size);
-                        a.write(h, &data).unwrap();
-                        mine.push((h, data));
-                    } else if !mine.is_empty() {
-                        let (h, data) = mine.swap_remove(rng.gen_range(0..mine.len()));
+    work();
+    done.store(true, Ordering::Relaxed);
+    compactor.join().unwrap()
+}
+
+#[test]
+fn threads_racing_with_compaction_always_read_what_they_wrote() {
+    let a = Arc::new(afmalloc(2));
+    let freed = while_compacting(&a, || {
+        let workers: Vec<_> = (0..4u64)
+            .map(|t| {
+                let a = Arc::clone(&a);
+                std::thread::spawn(move || {
+                    let mut rng = SmallRng::seed_from_u64(t);
+                    let mut mine: Vec<(Handle, Vec<u8>)> = Vec::new();
+                    for i in 0..6000u64 {
+                        if mine.len() < 300 && rng.gen_range(0..3) != 0 {
+                            let size = rng.gen_range(1..=4096);
+                            let h = a.malloc(size).unwrap();
+                            let data = pattern(t << 32 | i, size);
+                            a.write(h, &data).unwrap();
+                            mine.push((h, data));
+                        } else if !mine.is_empty() {
+                            let (h, data) = mine.swap_remove(rng.gen_range(0..mine.len()));
+                            assert_reads(&*a, h, &data);
+                            a.free(h).unwrap();
+                        }
+                        if let Some((h, data)) = mine.get(rng.gen_range(0..mine.len().max(1))) {
+                            let mut seen = false;
+                            a.read_with(*h, data.len(), &mut |b| seen = b == &data[..])
+                                .unwrap();
+                            assert!(seen, "thread {t}: {h} read back different bytes");
+                        }
+                    }
+                    for (h, data) in mine {
                         assert_reads(&*a, h, &data);
                         a.free(h).unwrap();
                     }
-                    if let Some((h, data)) = mine.get(rng.gen_range(0..mine.len().max(1))) {
-                        let mut seen = false;
-                        a.read_with(*h, data.len(), &mut |b| seen = b == &data[..])
-                            .unwrap();
-                        assert!(seen, "thread {t}: {h} read back different bytes");
-                    }
-                }
-                for (h, data) in mine {
-                    assert_reads(&*a, h, &data);
-                    a.free(h).unwrap();
-                }
+                })
             })
-        })
-        .collect();
-    for w in workers {
-        w.join().unwrap();
-    }
-    done.store(true, Ordering::Relaxed);
-    let freed = compactor.join().unwrap();
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+    });
     println!("compaction freed {freed} pages while the workers ran");
     a.check_invariants().unwrap();
     assert_eq!(a.objects(), 0);
@@ -455,59 +463,48 @@ fn compaction_shrinks_metadata_to_the_live_objects() {
 #[test]
 fn threads_racing_with_shrinking_compaction_read_what_they_wrote() {
     let a = Arc::new(afmalloc(2));
-    let done = Arc::new(AtomicBool::new(false));
-    let compactor = {
-        let (a, done) = (Arc::clone(&a), Arc::clone(&done));
-        std::thread::spawn(move || {
-            let mut passes = 0;
-            while !done.load(Ordering::Relaxed) && passes < 100_000 {
-                a.compact();
-                passes += 1;
-            }
-        })
-    };
-    let workers: Vec<_> = (0..4u64)
-        .map(|t| {
-            let a = Arc::clone(&a);
-            std::thread::spawn(move || {
-                let mut rng = SmallRng::seed_from_u64(100 + t);
-                let mut mine: Vec<(Handle, usize, usize)> = Vec::new();
-                let mut buf = vec![0u8; 4096];
-                for round in 0..3usize {
-                    for i in 0..8000 {
-                        let id = (t as usize) << 40 | round << 20 | i;
-                        let size = rng.gen_range(600..=3000);
-                        let h = a.malloc(size).unwrap();
-                        fill_object(&mut buf[..size], id);
-                        a.write(h, &buf[..size]).unwrap();
-                        mine.push((h, id, size));
-                    }
-                    let mut kept = Vec::new();
-                    for (h, id, size) in mine {
-                        if rng.gen_range(0..10) == 0 {
-                            kept.push((h, id, size));
-                        } else {
-                            a.free(h).unwrap();
-                            assert!(matches!(a.free(h), Err(Error::StaleHandle(_))));
+    while_compacting(&a, || {
+        let workers: Vec<_> = (0..4u64)
+            .map(|t| {
+                let a = Arc::clone(&a);
+                std::thread::spawn(move || {
+                    let mut rng = SmallRng::seed_from_u64(100 + t);
+                    let mut mine: Vec<(Handle, usize, usize)> = Vec::new();
+                    let mut buf = vec![0u8; 4096];
+                    for round in 0..3usize {
+                        for i in 0..8000 {
+                            let id = (t as usize) << 40 | round << 20 | i;
+                            let size = rng.gen_range(600..=3000);
+                            let h = a.malloc(size).unwrap();
+                            fill_object(&mut buf[..size], id);
+                            a.write(h, &buf[..size]).unwrap();
+                            mine.push((h, id, size));
+                        }
+                        let mut kept = Vec::new();
+                        for (h, id, size) in mine {
+                            if rng.gen_range(0..10) == 0 {
+                                kept.push((h, id, size));
+                            } else {
+                                a.free(h).unwrap();
+                                assert!(matches!(a.free(h), Err(Error::StaleHandle(_))));
+                            }
+                        }
+                        mine = kept;
+                        for &(h, id, size) in &mine {
+                            assert_object(&*a, h, id, size, &mut buf);
                         }
                     }
-                    mine = kept;
-                    for &(h, id, size) in &mine {
+                    for (h, id, size) in mine {
                         assert_object(&*a, h, id, size, &mut buf);
+                        a.free(h).unwrap();
                     }
-                }
-                for (h, id, size) in mine {
-                    assert_object(&*a, h, id, size, &mut buf);
-                    a.free(h).unwrap();
-                }
+                })
             })
-        })
-        .collect();
-    for w in workers {
-        w.join().unwrap();
-    }
-    done.store(true, Ordering::Relaxed);
-    compactor.join().unwrap();
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+    });
     a.check_invariants().unwrap();
     a.compact();
     a.check_invariants().unwrap();

@@ -15,97 +15,41 @@
 
 #[path = "common/rss.rs"]
 mod rss;
+#[path = "common/rss_fill.rs"]
+#[expect(
+    dead_code,
+    reason = "only rss_afmalloc.rs bounds the pages by the bytes stored"
+)]
+mod rss_fill;
 
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
-use rss::{MIB, TARGET_BYTES, assert_close, rss, rss_pool};
-use zsmalloc::{Backend, Handle, PAGE_SIZE, PoolConfig, SysMalloc, Zbud};
+use rss::{MIB, TARGET_BYTES, assert_close, rss_pool};
+use rss_fill::{fill, reported};
+use zsmalloc::{Backend, PoolConfig, SysMalloc, Zbud};
 
 /// About how many bytes of objects each allocator stores.
 const TARGET: usize = TARGET_BYTES / 2;
-
-/// Object sizes as zram sees them, as in `rss.rs`.
-fn object_size(rng: &mut StdRng) -> usize {
-    match rng.gen_range(0..10) {
-        0..=5 => rng.gen_range(200..=2000),
-        6..=8 => rng.gen_range(2001..=3600),
-        _ => rng.gen_range(3601..=4096),
-    }
-}
-
-/// The bytes object `i` holds: its index, then a byte pattern of its own.
-fn fill(buf: &mut [u8], i: usize) {
-    buf[..8].copy_from_slice(&(i as u64).to_le_bytes());
-    buf[8..].fill((i % 251) as u8);
-}
-
-fn reported(b: &dyn Backend) -> usize {
-    b.total_pages() * PAGE_SIZE + b.metadata_bytes()
-}
 
 /// Fills `b`, frees 90% and compacts; returns (RSS growth, reported) after the fill and
 /// after the churn.
 fn fill_and_churn(b: &dyn Backend) -> [(usize, usize); 2] {
     let name = b.allocator();
-    let mut rng = StdRng::seed_from_u64(7);
-    let max_objects = TARGET / 1500;
-    let mut handles = vec![Handle::from_raw(u64::MAX); max_objects];
-    let mut sizes = vec![u16::MAX; max_objects];
-    let mut buf = vec![0xFFu8; PAGE_SIZE];
-    let base = rss();
-    println!("{name}: baseline RSS {:.1} MiB", base as f64 / MIB);
+    let mut s = fill(b, TARGET, 7, &format!("{name}: "));
+    assert_eq!(b.objects(), s.n);
+    let full_pages = s.full_pages;
+    let filled = (s.grown(), reported(b));
 
-    let (mut stored, mut n) = (0, 0);
-    while stored < TARGET {
-        let size = object_size(&mut rng);
-        let h = b.malloc(size).unwrap();
-        fill(&mut buf[..size], n);
-        b.write(h, &buf[..size]).unwrap();
-        handles[n] = h;
-        sizes[n] = size as u16;
-        stored += size;
-        n += 1;
-        assert!(n < max_objects);
-    }
-    b.check_invariants().unwrap();
-    assert_eq!(b.objects(), n);
-    assert!(b.total_pages() * PAGE_SIZE >= stored);
-    let full_pages = b.total_pages();
-    println!(
-        "{name}: stored {n} objects, {:.1} MiB in {full_pages} pages, metadata {:.1} MiB",
-        stored as f64 / MIB,
-        b.metadata_bytes() as f64 / MIB
-    );
-    let filled = (rss().saturating_sub(base), reported(b));
-
-    for h in &mut handles[..n] {
-        if rng.gen_range(0..10) != 0 {
-            b.free(*h).unwrap();
-            *h = Handle::from_raw(0);
-        }
-    }
+    s.free_90(b);
     println!(
         "{name}: after freeing 90%: RSS grew {:.1} MiB, reports {:.1} MiB (before compact)",
-        rss().saturating_sub(base) as f64 / MIB,
+        s.grown() as f64 / MIB,
         reported(b) as f64 / MIB
     );
     b.compact();
     b.check_invariants().unwrap();
     assert!(b.total_pages() < full_pages / 3);
-    let churned = (rss().saturating_sub(base), reported(b));
+    let churned = (s.grown(), reported(b));
 
-    for (i, &h) in handles[..n].iter().enumerate() {
-        if h.to_raw() == 0 {
-            continue;
-        }
-        let size = usize::from(sizes[i]);
-        fill(&mut buf[..size], i);
-        let mut out = vec![0u8; size];
-        b.read(h, &mut out).unwrap();
-        assert!(out == buf[..size], "{name}: object {i} changed");
-        b.free(h).unwrap();
-    }
-    assert_eq!(b.total_pages(), 0);
+    s.check_and_free(b);
     [filled, churned]
 }
 

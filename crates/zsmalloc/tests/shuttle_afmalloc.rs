@@ -8,9 +8,13 @@
 //! `RUSTFLAGS="--cfg shuttle" cargo test -p zsmalloc --release --test shuttle_afmalloc`.
 #![cfg(shuttle)]
 
+#[path = "common/schedules.rs"]
+mod schedules;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use schedules::{check, fill, settle, tally};
 use shuttle::thread;
 use zsmalloc::{Afmalloc, Allocator, Backend, Handle, PoolConfig};
 
@@ -23,17 +27,6 @@ const HALF: usize = 2048;
 /// (plain std atomics: outside the model, only counted).
 static RUNS: AtomicUsize = AtomicUsize::new(0);
 static COMPACTED: AtomicUsize = AtomicUsize::new(0);
-
-fn fill(h: Handle, tag: u8, len: usize) -> Vec<u8> {
-    let seed = h.to_raw() as u8 ^ tag;
-    (0..len).map(|i| seed.wrapping_add(i as u8)).collect()
-}
-
-fn check(a: &Afmalloc, h: Handle, want: &[u8]) {
-    let mut got = vec![0u8; want.len()];
-    a.read(h, &mut got).unwrap();
-    assert!(got == want, "handle {h}: read back different bytes");
-}
 
 fn stored(a: &Afmalloc, size: usize, tag: u8) -> (Handle, Vec<u8>) {
     let h = a.malloc(size).unwrap();
@@ -79,13 +72,13 @@ fn scenario() {
     let t1 = {
         let a = Arc::clone(&a);
         thread::spawn(move || {
-            check(&a, p.0, &p.1);
+            check(&*a, p.0, &p.1);
             let p2 = fill(p.0, 1, PAIR);
             a.write(p.0, &p2).unwrap();
             let (n, data) = stored(&a, 400, 2);
-            check(&a, h1.0, &h1.1);
-            check(&a, p.0, &p2);
-            check(&a, n, &data);
+            check(&*a, h1.0, &h1.1);
+            check(&*a, p.0, &p2);
+            check(&*a, n, &data);
             a.free(n).unwrap();
             vec![(p.0, p2), h1]
         })
@@ -93,42 +86,25 @@ fn scenario() {
     let t2 = {
         let a = Arc::clone(&a);
         thread::spawn(move || {
-            check(&a, q.0, &q.1);
+            check(&*a, q.0, &q.1);
             a.free(q.0).unwrap();
             let (n, data) = stored(&a, 40, 3);
             let mut same = false;
             a.read_with(h2.0, HALF, &mut |b| same = b == &h2.1[..])
                 .unwrap();
             assert!(same, "a one-chunk object changed");
-            check(&a, n, &data);
+            check(&*a, n, &data);
             assert!(a.free(q.0).is_err(), "double free accepted");
             vec![(n, data), h2]
         })
     };
 
     let freed = compactor.join().unwrap();
-    RUNS.fetch_add(1, Ordering::Relaxed);
-    if freed > 0 {
-        COMPACTED.fetch_add(1, Ordering::Relaxed);
-    }
+    tally(freed > 0, &RUNS, &COMPACTED);
     let mut live = t1.join().unwrap();
     live.extend(t2.join().unwrap());
     live.push(r);
-
-    a.check_invariants().unwrap();
-    assert_eq!(a.objects(), live.len());
-    assert_eq!(a.pages_compacted(), freed as u64);
-    for (h, data) in &live {
-        check(&a, *h, data);
-    }
-    a.compact();
-    assert_eq!(a.freeable_pages(), 0);
-    for (h, data) in live {
-        check(&a, h, &data);
-        a.free(h).unwrap();
-    }
-    a.check_invariants().unwrap();
-    assert_eq!(a.total_pages(), 0);
+    settle(&*a, live, freed);
 }
 
 #[test]

@@ -13,12 +13,15 @@
 mod check;
 #[path = "common/pool.rs"]
 mod pool;
+#[path = "common/schedules.rs"]
+mod schedules;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use check::check;
 use pool::pool;
+use schedules::{fill, settle, tally};
 use shuttle::thread::{self, JoinHandle};
 use zsmalloc::{FoldReport, Handle, Pool, PoolConfig, pin_malloc_shard};
 
@@ -32,11 +35,6 @@ const SMALL: usize = 40;
 /// threads were using the pool (plain std atomics: outside the model, only counted).
 static COMPACTED: AtomicUsize = AtomicUsize::new(0);
 static RUNS: AtomicUsize = AtomicUsize::new(0);
-
-fn fill(h: Handle, tag: u8, len: usize) -> Vec<u8> {
-    let seed = h.to_raw() as u8 ^ tag;
-    (0..len).map(|i| seed.wrapping_add(i as u8)).collect()
-}
 
 /// Explores `scenario` under `schedules` random and `schedules` PCT schedules in the seed
 /// kernel's layout (the handle in every object), then under half as many random ones in the
@@ -165,28 +163,12 @@ fn scenario_with(config: PoolConfig) {
     };
 
     let freed = compactor.join().unwrap();
-    RUNS.fetch_add(1, Ordering::Relaxed);
-    if freed > 0 {
-        COMPACTED.fetch_add(1, Ordering::Relaxed);
-    }
+    tally(freed > 0, &RUNS, &COMPACTED);
     let mut live = t1.join().unwrap();
     live.extend(t2.join().unwrap());
     live.extend(shared.iter().cloned());
 
-    pool.check_invariants().unwrap();
-    assert_eq!(pool.stats().obj_used, live.len());
-    assert_eq!(pool.stats().pages_compacted, freed as u64);
-    for (h, data) in &live {
-        check(&pool, *h, data);
-    }
-    pool.compact();
-    assert_eq!(pool.freeable_pages(), 0);
-    for (h, data) in live {
-        check(&pool, h, &data);
-        pool.free(h).unwrap();
-    }
-    pool.check_invariants().unwrap();
-    assert_eq!(pool.total_pages(), 0);
+    settle(&*pool, live, freed);
 }
 
 /// Both strategies, and both layouts, in one test, so that the counters see only this
@@ -312,10 +294,7 @@ fn fold_scenario_with(config: PoolConfig) {
     let mut live = vec![(a0, &a), (a2, &a), (b0, &b), (b2, &b)];
     let [a4, a3]: [Handle; 2] = freer.join().unwrap().try_into().unwrap();
     live.extend([(a4, &a), (a3, &a)]);
-    FOLD_RUNS.fetch_add(1, Ordering::Relaxed);
-    if report.objects_folded > 0 {
-        FOLDED.fetch_add(1, Ordering::Relaxed);
-    }
+    tally(report.objects_folded > 0, &FOLD_RUNS, &FOLDED);
     assert_eq!(pool.pages_folded(), report.pages_freed);
 
     check_live(&pool, &live);
@@ -440,10 +419,7 @@ fn cross_shard_scenario_with(config: PoolConfig) {
     reader.join().unwrap();
     let rewritten = writer.join().unwrap();
     let [b2, b3, a3]: [Handle; 3] = freer.join().unwrap().try_into().unwrap();
-    CROSS_RUNS.fetch_add(1, Ordering::Relaxed);
-    if report.objects_folded > 0 {
-        CROSS_FOLDED.fetch_add(1, Ordering::Relaxed);
-    }
+    tally(report.objects_folded > 0, &CROSS_RUNS, &CROSS_FOLDED);
     let a2_content = if rewritten { &a_new } else { &a };
     let live = [
         (a0, &a),

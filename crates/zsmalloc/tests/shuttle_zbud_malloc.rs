@@ -10,20 +10,22 @@
 //! shuttle_zbud_malloc`.
 #![cfg(shuttle)]
 
+#[path = "common/schedules.rs"]
+#[expect(
+    dead_code,
+    reason = "only `check` is shared: this file's `fill` mixes in the handle's high bits"
+)]
+mod schedules;
+
 use std::sync::Arc;
 
+use schedules::check;
 use shuttle::thread;
 use zsmalloc::{Allocator, Backend, Handle, PoolConfig, open};
 
 fn fill(h: Handle, tag: u8, len: usize) -> Vec<u8> {
     let seed = (h.to_raw() ^ (h.to_raw() >> 31)) as u8 ^ tag;
     (0..len).map(|i| seed.wrapping_add(i as u8)).collect()
-}
-
-fn check(b: &dyn Backend, h: Handle, want: &[u8]) {
-    let mut got = vec![0u8; want.len()];
-    b.read(h, &mut got).unwrap();
-    assert!(got == want, "handle {h}: read back different bytes");
 }
 
 /// One thread's work: two objects of `sizes`, written, read back, rewritten, freed in an
