@@ -230,6 +230,19 @@ fn per_device(
 pub fn render(registry: &Registry) -> String {
     let mut out = String::new();
     let stats = registry.stats();
+    header(
+        &mut out,
+        "device_info",
+        "gauge",
+        "The device's algorithm and allocator (always 1)",
+    );
+    for d in &stats {
+        let _ = writeln!(
+            out,
+            "zramd_device_info{{device=\"{}\",algorithm=\"{}\",allocator=\"{}\"}} 1",
+            d.name, d.algorithm, d.allocator
+        );
+    }
     for (i, (name, help)) in MM_STAT_NAMES.iter().enumerate() {
         per_device(
             &mut out,

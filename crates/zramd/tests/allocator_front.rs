@@ -8,7 +8,6 @@
 
 /// Shared test helpers (`tests/common/`): each test includes the files it uses.
 mod common {
-    #[expect(dead_code, reason = "no metrics here")]
     pub mod cli;
     pub mod have;
     pub mod image;
@@ -24,7 +23,7 @@ mod common {
 use std::process::Command;
 use std::time::Duration;
 
-use common::cli::{cli, cli_ok, serve};
+use common::cli::{cli, cli_ok, scrape, serve};
 use common::have::have;
 use common::image::real_image;
 use common::prose::prose;
@@ -140,6 +139,13 @@ fn stat_shows_it_and_fold_is_refused_where_objects_cannot_be_shared() {
         serde_json::from_str(&cli_ok(&control, &["stat", "--json"])).unwrap();
     assert_eq!(stat[0]["allocator"], "zsmalloc", "{stat}");
     assert_eq!(stat[1]["allocator"], "afmalloc", "{stat}");
+    let metrics = scrape(server.metrics_addr.unwrap());
+    for (dev, allocator) in [("zram0", "zsmalloc"), ("zram1", "afmalloc")] {
+        let line = format!(
+            "zramd_device_info{{device=\"{dev}\",algorithm=\"lz4\",allocator=\"{allocator}\"}} 1"
+        );
+        assert!(metrics.contains(&line), "{line} not in\n{metrics}");
+    }
     let r = cli(&control, &["fold", "zram1"]);
     assert!(!r.ok, "{}", r.stdout);
     assert!(
