@@ -283,14 +283,15 @@ fn stat(a: &StatArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&devices)?);
     } else {
         println!(
-            "{:<8} {:<9} {:>8} {:>8} {:>8} {:>8} {:>6}  EXPORT",
-            "NAME", "ALGORITHM", "DISKSIZE", "DATA", "COMPR", "TOTAL", "RATIO"
+            "{:<8} {:<9} {:<9} {:>8} {:>8} {:>8} {:>8} {:>6}  EXPORT",
+            "NAME", "ALGORITHM", "ALLOCATOR", "DISKSIZE", "DATA", "COMPR", "TOTAL", "RATIO"
         );
         for d in &devices {
             println!(
-                "{:<8} {:<9} {:>8} {:>8} {:>8} {:>8} {:>6.2}  {}",
+                "{:<8} {:<9} {:<9} {:>8} {:>8} {:>8} {:>8} {:>6.2}  {}",
                 d.name,
                 d.algorithm,
+                d.allocator.name(),
                 zramd::human::size(d.disksize),
                 zramd::human::size(d.data),
                 zramd::human::size(d.compr),
