@@ -21,6 +21,11 @@ use crate::pool::Pool;
 /// [`Backend::total_pages`]); refuses a size of 0 or over 4096 with
 /// [`Error::InvalidSize`] and a freed or foreign handle with [`Error::StaleHandle`], never
 /// panicking; keeps handles valid across compaction; is safe to call from many threads.
+///
+/// A freed handle is refused until its table entry has been reused as many times as its
+/// generation field counts (zsmalloc 2^19, malloc 2^20, afmalloc 2^21–2^22, zbud 2^24);
+/// after that a handle kept past its `free` may name a new object (a bounded window, as
+/// with any generation counter; zram never keeps one).
 pub trait Backend: Send + Sync + std::fmt::Debug {
     /// Which allocator this is.
     fn allocator(&self) -> Allocator;
@@ -33,7 +38,8 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     fn write_opaque(&self, handle: Handle, data: &[u8]) -> Result<()> {
         self.write(handle, data)
     }
-    /// Lends the object's first `len` bytes to `f`.
+    /// Lends the object's first `len` bytes to `f`, which must not call back into the
+    /// allocator (zsmalloc, zbud and malloc run it under a lock).
     fn read_with(&self, handle: Handle, len: usize, f: &mut dyn FnMut(&[u8])) -> Result<()>;
     /// Copies the object's first `buf.len()` bytes into `buf`.
     fn read(&self, handle: Handle, buf: &mut [u8]) -> Result<()> {

@@ -175,3 +175,27 @@ impl Backend for Afmalloc {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::PoolConfig;
+
+    #[test]
+    fn an_empty_allocator_counts_each_heap_once() {
+        let a = Afmalloc::with_config(PoolConfig {
+            shards: 16,
+            ..PoolConfig::default()
+        })
+        .unwrap();
+        let heaps = 16 * std::mem::size_of::<CachePadded<Mutex<Heap>>>();
+        let own = std::mem::size_of::<Afmalloc>() + a.source.metadata_bytes() + heaps;
+        let tables: usize = a.heaps.iter().map(|h| h.lock().metadata_bytes()).sum();
+        assert_eq!(a.metadata_bytes(), own + tables);
+        // The heap struct is counted in the array above, not again by each heap: an empty
+        // heap's own figure is its tables alone, less than the struct.
+        for h in a.heaps.iter() {
+            assert!(h.lock().metadata_bytes() < std::mem::size_of::<Heap>());
+        }
+    }
+}

@@ -184,10 +184,10 @@ impl Heap {
         self.caches.iter().map(Cache::freeable).sum()
     }
 
-    /// Bytes of bookkeeping this heap holds (itself included).
+    /// Bytes of bookkeeping this heap holds outside its own struct (the allocator counts
+    /// the struct, in its array of heaps).
     pub fn metadata_bytes(&self) -> usize {
-        std::mem::size_of::<Self>()
-            + self.table.metadata_bytes()
+        self.table.metadata_bytes()
             + self.records.metadata_bytes()
             + self.caches.iter().map(Cache::metadata_bytes).sum::<usize>()
     }
