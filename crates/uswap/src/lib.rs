@@ -10,8 +10,16 @@
 //! What exists so far is the readahead window itself, as pure logic with no I/O
 //! ([`readahead`]): the per-range state, the rule that grows and shrinks it, the plan of pages
 //! to read ahead for one fault, the `vma_ra_enabled` / `vma_ra_max_order` settings and the
-//! readahead counters. The region, the fault handler, eviction and `zramd run` come next.
+//! readahead counters. Under it lies the system layer ([`sys`], the crate's only `unsafe`
+//! code): anonymous mappings and a userfaultfd wrapper (register, copy, zero page,
+//! write-protect, wake, timed fault reads). The region, the fault handler, eviction and
+//! `zramd run` come next.
 
 pub mod readahead;
+#[expect(
+    unsafe_code,
+    reason = "anonymous mappings and userfaultfd ioctls, behind the module's safety contract"
+)]
+pub mod sys;
 
 pub use readahead::{Direction, PageState, Plan, ReadaheadConfig, ReadaheadStats, Window};

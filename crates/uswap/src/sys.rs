@@ -1,0 +1,474 @@
+//! The only module of this crate with `unsafe` code: anonymous mappings and the userfaultfd
+//! that serves their missing pages (`userfaultfd(2)`, `ioctl_userfaultfd(2)`).
+//!
+//! The uapi structures, ioctl numbers and flag values come from `linux-raw-sys`
+//! (`linux/userfaultfd.h`, generated), except `UFFDIO_WRITEPROTECT_MODE_WP`, which it lacks
+//! and which is declared below with the header's value. Calls go through
+//! `rustix` (`mmap`, `madvise`, `poll`, `read`, `ioctl`); nothing here panics on a failed
+//! syscall: every failure is an [`std::io::Error`].
+//!
+//! # Safety
+//!
+//! Contract upheld here, relied on by the rest of the crate (which is `unsafe`-free):
+//! - A [`Mapping`] is one private anonymous `mmap` of whole pages, unmapped exactly once,
+//!   when it is dropped, and never remapped while it lives. Its bytes are reached only
+//!   through its methods: reads (`&self`) copy out, writes and `MADV_DONTNEED` (`&mut self`)
+//!   need exclusive access, so Rust's aliasing rules on the `Mapping` carry over to the
+//!   memory and no two threads race on its bytes through this module.
+//! - A [`Uffd`] owns its file descriptor; a range is registered with it only through
+//!   [`Uffd::register`], which takes a `&Mapping`, so every registered range lies inside a
+//!   live mapping (unmapping unregisters it in the kernel).
+//! - The range ioctls ([`Uffd::copy`], [`Uffd::zeropage`], [`Uffd::write_protect`],
+//!   [`Uffd::wake`]) take plain addresses: the kernel acts only on ranges registered with
+//!   this descriptor and rejects anything else (`EINVAL`/`ENOENT`). `UFFDIO_COPY` and
+//!   `UFFDIO_ZEROPAGE` only ever fill *missing* pages (a present page gives `EEXIST` and is
+//!   left as it was), write-protection changes no byte, and waking resumes a blocked thread:
+//!   none of them changes memory a Rust reference may be reading. The source of a copy is a
+//!   borrowed `&[u8]` of at least one page, read by the kernel during the call only.
+//! - Each ioctl is given the argument structure its uapi number names (one wrapper per
+//!   number below), and reading the descriptor fills a byte buffer parsed field by field.
+
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::ptr::NonNull;
+use std::time::Duration;
+
+use linux_raw_sys::general as uapi;
+use linux_raw_sys::ioctl as nr;
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::ioctl::{Opcode, Updater};
+use rustix::mm::{Advice, MapFlags, ProtFlags, UserfaultfdFlags};
+
+/// Bytes in one page (x86-64 and the other 4 KiB-page targets this crate runs on).
+pub const PAGE_SIZE: usize = 4096;
+
+/// `UFFDIO_WRITEPROTECT_MODE_WP` (`linux/userfaultfd.h`: `(1 << 0)`), absent from linux-raw-sys.
+const UFFDIO_WRITEPROTECT_MODE_WP: u64 = 1 << 0;
+
+/// Size of `struct uffd_msg`, the unit read from a userfaultfd.
+const MSG_SIZE: usize = size_of::<uapi::uffd_msg>();
+const _: () = assert!(MSG_SIZE == 32, "struct uffd_msg is 32 bytes in the uapi");
+
+/// An ioctl number from linux-raw-sys as rustix's opcode type (`c_uint` or `c_ulong`).
+const fn op(number: u32) -> Opcode {
+    number as Opcode
+}
+
+/// Checks that `start..start+len` is whole pages and returns the uapi range.
+fn page_range(start: usize, len: usize) -> io::Result<uapi::uffdio_range> {
+    if !start.is_multiple_of(PAGE_SIZE) || !len.is_multiple_of(PAGE_SIZE) || len == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("range {start:#x}+{len:#x} is not whole pages"),
+        ));
+    }
+    start
+        .checked_add(len)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "range wraps around"))?;
+    Ok(uapi::uffdio_range {
+        start: start as u64,
+        len: len as u64,
+    })
+}
+
+/// A private anonymous mapping of whole pages, unmapped when dropped.
+#[derive(Debug)]
+pub struct Mapping {
+    base: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain anonymous memory owned by this value; byte access follows
+// `&`/`&mut` on the `Mapping` (module contract), so moving it to another thread is sound.
+unsafe impl Send for Mapping {}
+// SAFETY: through `&Mapping` bytes are only copied out; writes need `&mut Mapping`.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Maps `pages` fresh pages, readable and writable, reading as zeroes until written.
+    pub fn new(pages: usize) -> io::Result<Self> {
+        let len = pages
+            .checked_mul(PAGE_SIZE)
+            .filter(|&l| l > 0)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "bad page count"))?;
+        // SAFETY: a fresh private anonymous mapping at an address the kernel chooses; no
+        // existing memory is affected.
+        let ptr = unsafe {
+            rustix::mm::mmap_anonymous(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE | MapFlags::NORESERVE,
+            )
+        }?;
+        let base = NonNull::new(ptr.cast::<u8>())
+            .ok_or_else(|| io::Error::other("mmap returned a null mapping"))?;
+        Ok(Self { base, len })
+    }
+
+    /// First byte of the mapping, as an address for [`Uffd`] calls.
+    pub fn as_ptr(&self) -> *const u8 {
+        self.base.as_ptr()
+    }
+
+    /// First byte of the mapping as an integer address.
+    pub fn addr(&self) -> usize {
+        self.base.as_ptr() as usize
+    }
+
+    /// Length in bytes (whole pages).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: a mapping has at least one page.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Length in pages.
+    pub fn pages(&self) -> usize {
+        self.len / PAGE_SIZE
+    }
+
+    fn check(&self, offset: usize, len: usize) -> io::Result<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{offset:#x}+{len:#x} is outside a mapping of {:#x}",
+                    self.len
+                ),
+            )),
+        }
+    }
+
+    /// Copies `buf.len()` bytes at `offset` into `buf`. Touching a missing page of a
+    /// registered range blocks this thread until a handler resolves the fault.
+    pub fn read(&self, offset: usize, buf: &mut [u8]) -> io::Result<()> {
+        self.check(offset, buf.len())?;
+        // SAFETY: in bounds (checked); no `&mut` to these bytes exists while `&self` lives,
+        // and `buf` is a distinct Rust allocation.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.base.as_ptr().add(offset),
+                buf.as_mut_ptr(),
+                buf.len(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Copies `data` into the mapping at `offset` (may fault, as [`Mapping::read`]).
+    pub fn write(&mut self, offset: usize, data: &[u8]) -> io::Result<()> {
+        self.check(offset, data.len())?;
+        // SAFETY: in bounds (checked); `&mut self` makes this the only access to the bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                data.as_ptr(),
+                self.base.as_ptr().add(offset),
+                data.len(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Drops the pages of `offset..offset+len` (`MADV_DONTNEED`): they are missing again,
+    /// so the next touch faults (or reads zeroes where no userfaultfd is registered).
+    pub fn madvise_dontneed(&mut self, offset: usize, len: usize) -> io::Result<()> {
+        page_range(offset, len)?;
+        self.check(offset, len)?;
+        // SAFETY: a page-aligned range inside this mapping; `&mut self` means no reference
+        // into these bytes is alive, so their becoming missing/zero is unobservable to Rust.
+        unsafe {
+            rustix::mm::madvise(
+                self.base.as_ptr().add(offset).cast(),
+                len,
+                Advice::LinuxDontNeed,
+            )
+        }?;
+        Ok(())
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: exactly the mapping made in `new`, unmapped once; no borrow outlives `self`.
+        // An error cannot happen for a valid mapping and is ignored rather than panicking.
+        let _ = unsafe { rustix::mm::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}
+
+/// Features the kernel offers and this descriptor enabled (`UFFDIO_API`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Features {
+    /// Every `UFFD_FEATURE_*` bit the kernel offers.
+    pub offered: u64,
+    /// The bits requested and enabled on this descriptor.
+    pub enabled: u64,
+    /// Write-protect faults on anonymous memory (`UFFD_FEATURE_PAGEFAULT_FLAG_WP`) enabled.
+    pub write_protect: bool,
+    /// Created with `UFFD_USER_MODE_ONLY` (the kernel refused a full descriptor).
+    pub user_mode_only: bool,
+}
+
+/// How one `UFFDIO_COPY` or `UFFDIO_ZEROPAGE` ended, short of an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fill {
+    /// The page was filled (and the faulting threads woken unless asked not to).
+    Filled,
+    /// The page was already present (`EEXIST`): another fill or a write got there first.
+    Exists,
+    /// The mapping changed under the call (`EAGAIN`); `done` bytes were filled. Retry.
+    Again {
+        /// Bytes filled before the kernel stopped.
+        done: u64,
+    },
+}
+
+/// One page fault read from a userfaultfd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fault {
+    /// The faulting address (page-aligned unless `UFFD_FEATURE_EXACT_ADDRESS`).
+    pub address: u64,
+    /// The fault was a write (`UFFD_PAGEFAULT_FLAG_WRITE`).
+    pub write: bool,
+    /// The fault was on a write-protected page (`UFFD_PAGEFAULT_FLAG_WP`).
+    pub wp: bool,
+}
+
+/// A userfaultfd: faults on its registered ranges wait for this process to resolve them.
+#[derive(Debug)]
+pub struct Uffd {
+    fd: OwnedFd,
+    features: Features,
+}
+
+/// Issues one userfaultfd ioctl whose argument is updated in place.
+///
+/// # Safety
+///
+/// `T` must be the argument structure that uapi number `OP` names.
+unsafe fn uffd_ioctl<const OP: Opcode, T>(fd: BorrowedFd<'_>, arg: &mut T) -> io::Result<()> {
+    // SAFETY: the caller pairs `OP` with its structure; `arg` is a live exclusive borrow.
+    unsafe { rustix::ioctl::ioctl(fd, Updater::<OP, T>::new(arg)) }?;
+    Ok(())
+}
+
+/// Opens a userfaultfd (non-blocking, close-on-exec), falling back to user-mode-only
+/// faults where the kernel refuses a full one (`vm.unprivileged_userfaultfd = 0`).
+fn open_fd() -> io::Result<(OwnedFd, bool)> {
+    let flags = UserfaultfdFlags::CLOEXEC | UserfaultfdFlags::NONBLOCK;
+    // SAFETY: creating a descriptor affects no memory; it is owned by the `OwnedFd`.
+    match unsafe { rustix::mm::userfaultfd(flags) } {
+        Ok(fd) => Ok((fd, false)),
+        Err(rustix::io::Errno::PERM) => {
+            let user = flags | UserfaultfdFlags::from_bits_retain(uapi::UFFD_USER_MODE_ONLY);
+            // SAFETY: as above.
+            let fd = unsafe { rustix::mm::userfaultfd(user) }?;
+            Ok((fd, true))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The `UFFDIO_API` handshake, asking for `features`; returns what the kernel offers.
+fn handshake(fd: BorrowedFd<'_>, features: u64) -> io::Result<u64> {
+    let mut api = uapi::uffdio_api {
+        api: u64::from(uapi::UFFD_API),
+        features,
+        ioctls: 0,
+    };
+    // SAFETY: `UFFDIO_API` takes a `struct uffdio_api`.
+    unsafe { uffd_ioctl::<{ op(nr::UFFDIO_API) }, _>(fd, &mut api) }?;
+    Ok(api.features)
+}
+
+impl Uffd {
+    /// Opens a userfaultfd for missing faults, with write-protect faults if offered.
+    pub fn new() -> io::Result<Self> {
+        // The handshake is once per descriptor: probe what is offered on a throwaway one.
+        let offered = {
+            let (probe, _) = open_fd()?;
+            handshake(probe.as_fd(), 0)?
+        };
+        let wp = u64::from(uapi::UFFD_FEATURE_PAGEFAULT_FLAG_WP);
+        let wanted = offered & wp;
+        let (fd, user_mode_only) = open_fd()?;
+        handshake(fd.as_fd(), wanted)?;
+        Ok(Self {
+            fd,
+            features: Features {
+                offered,
+                enabled: wanted,
+                write_protect: wanted & wp != 0,
+                user_mode_only,
+            },
+        })
+    }
+
+    /// What the kernel offered and what this descriptor enabled.
+    pub fn features(&self) -> Features {
+        self.features
+    }
+
+    /// Registers pages `offset..offset+len` of `mapping` for missing faults, and for
+    /// write-protect faults too when `wp` (which needs [`Features::write_protect`]).
+    /// Returns the bitmask of range ioctls the kernel allows there (`1 << _UFFDIO_*`).
+    pub fn register(
+        &self,
+        mapping: &Mapping,
+        offset: usize,
+        len: usize,
+        wp: bool,
+    ) -> io::Result<u64> {
+        mapping.check(offset, len)?;
+        let range = page_range(mapping.addr() + offset, len)?;
+        let mut mode = u64::from(uapi::UFFDIO_REGISTER_MODE_MISSING);
+        if wp {
+            mode |= u64::from(uapi::UFFDIO_REGISTER_MODE_WP);
+        }
+        let mut reg = uapi::uffdio_register {
+            range,
+            mode,
+            ioctls: 0,
+        };
+        // SAFETY: `UFFDIO_REGISTER` takes a `struct uffdio_register`; the range lies in a
+        // live mapping (module contract).
+        unsafe { uffd_ioctl::<{ op(nr::UFFDIO_REGISTER) }, _>(self.fd.as_fd(), &mut reg) }?;
+        Ok(reg.ioctls)
+    }
+
+    /// Fills the missing page at `dst` with the first page of `src` (`UFFDIO_COPY`),
+    /// waking the threads faulting on it when `wake`.
+    pub fn copy(&self, dst: usize, src: &[u8], wake: bool) -> io::Result<Fill> {
+        let range = page_range(dst, PAGE_SIZE)?;
+        if src.len() < PAGE_SIZE {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "source is under a page",
+            ));
+        }
+        let mode = if wake {
+            0
+        } else {
+            u64::from(uapi::UFFDIO_COPY_MODE_DONTWAKE)
+        };
+        let mut arg = uapi::uffdio_copy {
+            dst: range.start,
+            src: src.as_ptr() as u64,
+            len: range.len,
+            mode,
+            copy: 0,
+        };
+        // SAFETY: `UFFDIO_COPY` takes a `struct uffdio_copy`; `src` is a live page the kernel
+        // only reads during the call, `dst` only fills a missing registered page.
+        let res = unsafe { uffd_ioctl::<{ op(nr::UFFDIO_COPY) }, _>(self.fd.as_fd(), &mut arg) };
+        fill_result(res, arg.copy)
+    }
+
+    /// Maps the shared zero page at the missing page `dst` (`UFFDIO_ZEROPAGE`), waking the
+    /// faulting threads.
+    pub fn zeropage(&self, dst: usize) -> io::Result<Fill> {
+        let range = page_range(dst, PAGE_SIZE)?;
+        let mut arg = uapi::uffdio_zeropage {
+            range,
+            mode: 0,
+            zeropage: 0,
+        };
+        // SAFETY: `UFFDIO_ZEROPAGE` takes a `struct uffdio_zeropage`; it fills only a
+        // missing registered page.
+        let res =
+            unsafe { uffd_ioctl::<{ op(nr::UFFDIO_ZEROPAGE) }, _>(self.fd.as_fd(), &mut arg) };
+        fill_result(res, arg.zeropage)
+    }
+
+    /// Write-protects (`on`) or unprotects `start..start+len` (`UFFDIO_WRITEPROTECT`);
+    /// unprotecting wakes the threads blocked on it.
+    pub fn write_protect(&self, start: usize, len: usize, on: bool) -> io::Result<()> {
+        let range = page_range(start, len)?;
+        let mode = if on { UFFDIO_WRITEPROTECT_MODE_WP } else { 0 };
+        let mut arg = uapi::uffdio_writeprotect { range, mode };
+        // SAFETY: `UFFDIO_WRITEPROTECT` takes a `struct uffdio_writeprotect`; it changes
+        // protection only, no byte.
+        unsafe { uffd_ioctl::<{ op(nr::UFFDIO_WRITEPROTECT) }, _>(self.fd.as_fd(), &mut arg) }
+    }
+
+    /// Wakes the threads blocked on faults in `start..start+len` (`UFFDIO_WAKE`), after
+    /// fills made with `wake = false`.
+    pub fn wake(&self, start: usize, len: usize) -> io::Result<()> {
+        let mut range = page_range(start, len)?;
+        // SAFETY: `UFFDIO_WAKE` takes a `struct uffdio_range`; waking changes no memory.
+        unsafe { uffd_ioctl::<{ op(nr::UFFDIO_WAKE) }, _>(self.fd.as_fd(), &mut range) }
+    }
+
+    /// Waits up to `timeout` for one fault and reads it; `Ok(None)` when none came (or
+    /// another reader took it). Events other than page faults are not enabled here and
+    /// are reported as `InvalidData`.
+    pub fn read_fault(&self, timeout: Duration) -> io::Result<Option<Fault>> {
+        let ts = Timespec::try_from(timeout)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "timeout too long"))?;
+        let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
+        match rustix::event::poll(&mut fds, Some(&ts)) {
+            Ok(0) | Err(rustix::io::Errno::INTR) => return Ok(None),
+            Ok(_) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let mut buf = [0u8; MSG_SIZE];
+        let n = match rustix::io::read(&self.fd, &mut buf) {
+            Ok(n) => n,
+            Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        if n != MSG_SIZE {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("short uffd_msg: {n}"),
+            ));
+        }
+        parse_msg(&buf).map(Some)
+    }
+}
+
+impl AsFd for Uffd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// Turns a fill ioctl's outcome into a [`Fill`]: `EEXIST` and `EAGAIN` are results.
+fn fill_result(res: io::Result<()>, done: i64) -> io::Result<Fill> {
+    match res {
+        Ok(()) => Ok(Fill::Filled),
+        Err(e) => match rustix::io::Errno::from_io_error(&e) {
+            Some(rustix::io::Errno::EXIST) => Ok(Fill::Exists),
+            Some(rustix::io::Errno::AGAIN) => Ok(Fill::Again {
+                done: u64::try_from(done).unwrap_or(0),
+            }),
+            _ => Err(e),
+        },
+    }
+}
+
+/// Parses a `struct uffd_msg` (packed): `event` at 0, then for a page fault `flags` at 8,
+/// `address` at 16.
+fn parse_msg(buf: &[u8; MSG_SIZE]) -> io::Result<Fault> {
+    let word = |at: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&buf[at..at + 8]);
+        u64::from_ne_bytes(b)
+    };
+    if u32::from(buf[0]) != uapi::UFFD_EVENT_PAGEFAULT {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("unexpected userfaultfd event {:#x}", buf[0]),
+        ));
+    }
+    let flags = word(8);
+    Ok(Fault {
+        address: word(16),
+        write: flags & u64::from(uapi::UFFD_PAGEFAULT_FLAG_WRITE) != 0,
+        wp: flags & u64::from(uapi::UFFD_PAGEFAULT_FLAG_WP) != 0,
+    })
+}
