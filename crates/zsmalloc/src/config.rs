@@ -4,7 +4,10 @@
 use serde::{Deserialize, Serialize};
 
 use crate::allocator::Allocator;
-use crate::class::{DEFAULT_CHAIN_SIZE, Geometry, Header};
+use crate::class::{
+    ClassTable, DEFAULT_CHAIN_SIZE, Geometry, Header, MAX_CHAIN_SIZE, MIN_CHAIN_SIZE,
+};
+use crate::error::{Error, Result};
 
 /// Pages of freed zspages a pool keeps resident for reuse by default (4 MiB).
 pub const DEFAULT_PAGE_CACHE_PAGES: usize = 1024;
@@ -60,6 +63,18 @@ impl PoolConfig {
             header: Header::Handle,
             ..Self::default()
         }
+    }
+}
+
+impl PoolConfig {
+    /// The huge-class watermark zsmalloc reports for these settings (its layout:
+    /// `chain_size`, `geometry`, `header`): every allocator reports the same, so that
+    /// devices store the same streams whatever their allocator.
+    pub(crate) fn huge_class_size(&self) -> Result<usize> {
+        if !(MIN_CHAIN_SIZE..=MAX_CHAIN_SIZE).contains(&self.chain_size) {
+            return Err(Error::InvalidChainSize(self.chain_size));
+        }
+        Ok(ClassTable::with_layout(self.chain_size, self.geometry, self.header).huge_class_size())
     }
 }
 

@@ -43,5 +43,28 @@ pub enum Error {
     OutOfMemory(#[from] std::io::Error),
 }
 
+impl Error {
+    /// Memory refused to an allocator's own bookkeeping or to the system heap.
+    pub(crate) fn out_of_memory() -> Self {
+        Error::OutOfMemory(std::io::Error::from(std::io::ErrorKind::OutOfMemory))
+    }
+}
+
+impl From<std::collections::TryReserveError> for Error {
+    fn from(_: std::collections::TryReserveError) -> Self {
+        Error::out_of_memory()
+    }
+}
+
+/// Room for one more element in a table, growing it by an eighth (at least 64) rather than
+/// doubling it: the capacity is reported in `metadata_bytes`, and should not run far ahead
+/// of what is used (and resident). A failure is [`Error::OutOfMemory`], not an abort.
+pub(crate) fn reserve_one<T>(v: &mut Vec<T>) -> Result<()> {
+    if v.len() == v.capacity() {
+        v.try_reserve_exact((v.len() / 8).max(64))?;
+    }
+    Ok(())
+}
+
 /// Result with the crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -49,12 +49,11 @@ use std::sync::atomic::Ordering;
 use crate::allocator::Allocator;
 use crate::backend::Backend;
 use crate::config::PoolConfig;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, reserve_one};
 use crate::handle::Handle;
 use crate::pool::check_size;
 use crate::sync::{AtomicUsize, Mutex};
 use crate::sys::{HeapObject, PAGE_SIZE, malloc_trim};
-use crate::zbud::{oom, reserve_one, zsmalloc_huge_class_size};
 
 /// Bytes malloc keeps in front of each chunk it hands out (glibc: the chunk's size word).
 pub const MALLOC_CHUNK_HEADER: usize = std::mem::size_of::<usize>();
@@ -157,7 +156,7 @@ impl SysMalloc {
             next_shard: AtomicUsize::new(0),
             heap_bytes: AtomicUsize::new(0),
             objects: AtomicUsize::new(0),
-            huge_class_size: zsmalloc_huge_class_size(&config)?,
+            huge_class_size: config.huge_class_size()?,
         })
     }
 
@@ -169,10 +168,6 @@ impl SysMalloc {
     }
 }
 
-fn out_of_memory() -> Error {
-    Error::OutOfMemory(std::io::Error::from(std::io::ErrorKind::OutOfMemory))
-}
-
 impl Backend for SysMalloc {
     fn allocator(&self) -> Allocator {
         Allocator::Malloc
@@ -180,7 +175,7 @@ impl Backend for SysMalloc {
 
     fn malloc(&self, size: usize) -> Result<Handle> {
         check_size(size)?;
-        let obj = HeapObject::zeroed(size).ok_or_else(out_of_memory)?;
+        let obj = HeapObject::zeroed(size).ok_or_else(Error::out_of_memory)?;
         let bytes = chunk_bytes(&obj);
         let shard = self.next_shard.fetch_add(1, Ordering::Relaxed) % self.shards.len();
         let mut table = self.shards[shard].lock();
@@ -194,7 +189,7 @@ impl Backend for SysMalloc {
                 reserve_one(&mut table.entries)?;
                 // Room to queue every entry as free, so that `free` never allocates.
                 let queued = table.free.len();
-                table.free.try_reserve(entry + 1 - queued).map_err(oom)?;
+                table.free.try_reserve(entry + 1 - queued)?;
                 table.entries.push(Entry {
                     obj: None,
                     generation: 0,

@@ -50,9 +50,9 @@ use std::sync::Arc;
 
 use crate::allocator::Allocator;
 use crate::backend::Backend;
-use crate::class::{ClassTable, MAX_ALLOC_SIZE, MAX_CHAIN_SIZE, MIN_CHAIN_SIZE};
+use crate::class::MAX_ALLOC_SIZE;
 use crate::config::PoolConfig;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, reserve_one};
 use crate::handle::Handle;
 use crate::pool::check_size;
 use crate::sync::Mutex;
@@ -211,18 +211,6 @@ pub struct Zbud {
     huge_class_size: usize,
 }
 
-/// The huge-class watermark zsmalloc reports for `config`: every allocator reports the
-/// same, so that devices store the same streams whatever their allocator.
-pub(crate) fn zsmalloc_huge_class_size(config: &PoolConfig) -> Result<usize> {
-    if !(MIN_CHAIN_SIZE..=MAX_CHAIN_SIZE).contains(&config.chain_size) {
-        return Err(Error::InvalidChainSize(config.chain_size));
-    }
-    Ok(
-        ClassTable::with_layout(config.chain_size, config.geometry, config.header)
-            .huge_class_size(),
-    )
-}
-
 impl Zbud {
     /// A zbud pool with the settings of `config` that apply to it (`populate`,
     /// `page_cache_pages`; the zsmalloc settings fix only the huge-class watermark).
@@ -235,7 +223,7 @@ impl Zbud {
                 objects: 0,
             }),
             source: PageSource::new(config.populate, config.page_cache_pages),
-            huge_class_size: zsmalloc_huge_class_size(&config)?,
+            huge_class_size: config.huge_class_size()?,
         })
     }
 
@@ -253,10 +241,7 @@ impl Zbud {
         reserve_one(&mut inner.frames)?;
         // Room to queue every frame as free, so that `free` never allocates.
         let queued = inner.free_frames.len();
-        inner
-            .free_frames
-            .try_reserve(frame + 1 - queued)
-            .map_err(oom)?;
+        inner.free_frames.try_reserve(frame + 1 - queued)?;
         inner.frames.push(Frame {
             page: Some(page),
             size: [0; 2],
@@ -266,21 +251,6 @@ impl Zbud {
         });
         Ok(frame)
     }
-}
-
-/// Room for one more element in a table, growing it by an eighth (at least 64) rather than
-/// doubling it: the capacity is reported in `metadata_bytes`, and should not run far ahead
-/// of what is used (and resident). A failure is [`Error::OutOfMemory`], not an abort.
-pub(crate) fn reserve_one<T>(v: &mut Vec<T>) -> Result<()> {
-    if v.len() == v.capacity() {
-        v.try_reserve_exact((v.len() / 8).max(64)).map_err(oom)?;
-    }
-    Ok(())
-}
-
-/// An allocation failure of the bookkeeping, as an error.
-pub(crate) fn oom(_: std::collections::TryReserveError) -> Error {
-    Error::OutOfMemory(std::io::Error::from(std::io::ErrorKind::OutOfMemory))
 }
 
 impl Backend for Zbud {

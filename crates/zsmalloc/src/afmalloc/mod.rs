@@ -63,7 +63,6 @@ use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
 
-use crate::class::{ClassTable, MAX_CHAIN_SIZE, MIN_CHAIN_SIZE};
 use crate::config::PoolConfig;
 use crate::error::{Error, Result};
 use crate::handle::Handle;
@@ -96,12 +95,7 @@ impl Afmalloc {
     /// allocator, zsmalloc's huge-class watermark for its layout (`chain_size`, `geometry`,
     /// `header`).
     pub fn with_config(config: PoolConfig) -> Result<Self> {
-        if !(MIN_CHAIN_SIZE..=MAX_CHAIN_SIZE).contains(&config.chain_size) {
-            return Err(Error::InvalidChainSize(config.chain_size));
-        }
-        let huge_class_size =
-            ClassTable::with_layout(config.chain_size, config.geometry, config.header)
-                .huge_class_size();
+        let huge_class_size = config.huge_class_size()?;
         let heaps = match config.shards {
             0 => std::thread::available_parallelism().map_or(1, usize::from),
             n => n,
