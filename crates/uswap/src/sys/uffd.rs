@@ -1,46 +1,16 @@
-//! The only module of this crate with `unsafe` code: anonymous mappings and the userfaultfd
-//! that serves their missing pages (`userfaultfd(2)`, `ioctl_userfaultfd(2)`).
-//!
-//! The uapi structures, ioctl numbers and flag values come from `linux-raw-sys`
-//! (`linux/userfaultfd.h`, generated), except `UFFDIO_WRITEPROTECT_MODE_WP`, which it lacks
-//! and which is declared below with the header's value. Calls go through
-//! `rustix` (`mmap`, `madvise`, `poll`, `read`, `ioctl`); nothing here panics on a failed
-//! syscall: every failure is an [`std::io::Error`].
-//!
-//! # Safety
-//!
-//! Contract upheld here, relied on by the rest of the crate (which is `unsafe`-free):
-//! - A [`Mapping`] is one private anonymous `mmap` of whole pages, unmapped exactly once,
-//!   when it is dropped, and never remapped while it lives. Its bytes are reached only
-//!   through its methods: reads (`&self`) copy out, writes and `MADV_DONTNEED` (`&mut self`)
-//!   need exclusive access, so Rust's aliasing rules on the `Mapping` carry over to the
-//!   memory and no two threads race on its bytes through this module.
-//! - A [`Uffd`] owns its file descriptor; a range is registered with it only through
-//!   [`Uffd::register`], which takes a `&Mapping`, so every registered range lies inside a
-//!   live mapping (unmapping unregisters it in the kernel).
-//! - The range ioctls ([`Uffd::copy`], [`Uffd::zeropage`], [`Uffd::write_protect`],
-//!   [`Uffd::wake`]) take plain addresses: the kernel acts only on ranges registered with
-//!   this descriptor and rejects anything else (`EINVAL`/`ENOENT`). `UFFDIO_COPY` and
-//!   `UFFDIO_ZEROPAGE` only ever fill *missing* pages (a present page gives `EEXIST` and is
-//!   left as it was), write-protection changes no byte, and waking resumes a blocked thread:
-//!   none of them changes memory a Rust reference may be reading. The source of a copy is a
-//!   borrowed `&[u8]` of at least one page, read by the kernel during the call only.
-//! - Each ioctl is given the argument structure its uapi number names (one wrapper per
-//!   number below), and reading the descriptor fills a byte buffer parsed field by field.
+//! The userfaultfd: handshake, registration, fills, write-protection, wakes and fault reads.
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::ptr::NonNull;
 use std::time::Duration;
 
 use linux_raw_sys::general as uapi;
 use linux_raw_sys::ioctl as nr;
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::ioctl::{Opcode, Updater};
-use rustix::mm::{Advice, MapFlags, ProtFlags, UserfaultfdFlags};
+use rustix::mm::UserfaultfdFlags;
 
-/// Bytes in one page (x86-64 and the other 4 KiB-page targets this crate runs on).
-pub const PAGE_SIZE: usize = 4096;
+use super::{Mapping, PAGE_SIZE, page_range};
 
 /// `UFFDIO_WRITEPROTECT_MODE_WP` (`linux/userfaultfd.h`: `(1 << 0)`), absent from linux-raw-sys.
 const UFFDIO_WRITEPROTECT_MODE_WP: u64 = 1 << 0;
@@ -52,152 +22,6 @@ const _: () = assert!(MSG_SIZE == 32, "struct uffd_msg is 32 bytes in the uapi")
 /// An ioctl number from linux-raw-sys as rustix's opcode type (`c_uint` or `c_ulong`).
 const fn op(number: u32) -> Opcode {
     number as Opcode
-}
-
-/// Checks that `start..start+len` is whole pages and returns the uapi range.
-fn page_range(start: usize, len: usize) -> io::Result<uapi::uffdio_range> {
-    if !start.is_multiple_of(PAGE_SIZE) || !len.is_multiple_of(PAGE_SIZE) || len == 0 {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("range {start:#x}+{len:#x} is not whole pages"),
-        ));
-    }
-    start
-        .checked_add(len)
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "range wraps around"))?;
-    Ok(uapi::uffdio_range {
-        start: start as u64,
-        len: len as u64,
-    })
-}
-
-/// A private anonymous mapping of whole pages, unmapped when dropped.
-#[derive(Debug)]
-pub struct Mapping {
-    base: NonNull<u8>,
-    len: usize,
-}
-
-// SAFETY: the mapping is plain anonymous memory owned by this value; byte access follows
-// `&`/`&mut` on the `Mapping` (module contract), so moving it to another thread is sound.
-unsafe impl Send for Mapping {}
-// SAFETY: through `&Mapping` bytes are only copied out; writes need `&mut Mapping`.
-unsafe impl Sync for Mapping {}
-
-impl Mapping {
-    /// Maps `pages` fresh pages, readable and writable, reading as zeroes until written.
-    pub fn new(pages: usize) -> io::Result<Self> {
-        let len = pages
-            .checked_mul(PAGE_SIZE)
-            .filter(|&l| l > 0)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "bad page count"))?;
-        // SAFETY: a fresh private anonymous mapping at an address the kernel chooses; no
-        // existing memory is affected.
-        let ptr = unsafe {
-            rustix::mm::mmap_anonymous(
-                std::ptr::null_mut(),
-                len,
-                ProtFlags::READ | ProtFlags::WRITE,
-                MapFlags::PRIVATE | MapFlags::NORESERVE,
-            )
-        }?;
-        let base = NonNull::new(ptr.cast::<u8>())
-            .ok_or_else(|| io::Error::other("mmap returned a null mapping"))?;
-        Ok(Self { base, len })
-    }
-
-    /// First byte of the mapping, as an address for [`Uffd`] calls.
-    pub fn as_ptr(&self) -> *const u8 {
-        self.base.as_ptr()
-    }
-
-    /// First byte of the mapping as an integer address.
-    pub fn addr(&self) -> usize {
-        self.base.as_ptr() as usize
-    }
-
-    /// Length in bytes (whole pages).
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Always false: a mapping has at least one page.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Length in pages.
-    pub fn pages(&self) -> usize {
-        self.len / PAGE_SIZE
-    }
-
-    fn check(&self, offset: usize, len: usize) -> io::Result<()> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.len => Ok(()),
-            _ => Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "{offset:#x}+{len:#x} is outside a mapping of {:#x}",
-                    self.len
-                ),
-            )),
-        }
-    }
-
-    /// Copies `buf.len()` bytes at `offset` into `buf`. Touching a missing page of a
-    /// registered range blocks this thread until a handler resolves the fault.
-    pub fn read(&self, offset: usize, buf: &mut [u8]) -> io::Result<()> {
-        self.check(offset, buf.len())?;
-        // SAFETY: in bounds (checked); no `&mut` to these bytes exists while `&self` lives,
-        // and `buf` is a distinct Rust allocation.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.base.as_ptr().add(offset),
-                buf.as_mut_ptr(),
-                buf.len(),
-            );
-        }
-        Ok(())
-    }
-
-    /// Copies `data` into the mapping at `offset` (may fault, as [`Mapping::read`]).
-    pub fn write(&mut self, offset: usize, data: &[u8]) -> io::Result<()> {
-        self.check(offset, data.len())?;
-        // SAFETY: in bounds (checked); `&mut self` makes this the only access to the bytes.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                data.as_ptr(),
-                self.base.as_ptr().add(offset),
-                data.len(),
-            );
-        }
-        Ok(())
-    }
-
-    /// Drops the pages of `offset..offset+len` (`MADV_DONTNEED`): they are missing again,
-    /// so the next touch faults (or reads zeroes where no userfaultfd is registered).
-    pub fn madvise_dontneed(&mut self, offset: usize, len: usize) -> io::Result<()> {
-        page_range(offset, len)?;
-        self.check(offset, len)?;
-        // SAFETY: a page-aligned range inside this mapping; `&mut self` means no reference
-        // into these bytes is alive, so their becoming missing/zero is unobservable to Rust.
-        unsafe {
-            rustix::mm::madvise(
-                self.base.as_ptr().add(offset).cast(),
-                len,
-                Advice::LinuxDontNeed,
-            )
-        }?;
-        Ok(())
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: exactly the mapping made in `new`, unmapped once; no borrow outlives `self`.
-        // An error cannot happen for a valid mapping and is ignored rather than panicking.
-        let _ = unsafe { rustix::mm::munmap(self.base.as_ptr().cast(), self.len) };
-    }
 }
 
 /// Features the kernel offers and this descriptor enabled (`UFFDIO_API`).

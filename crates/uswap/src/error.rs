@@ -1,0 +1,39 @@
+//! What region operations can fail with.
+
+use std::io;
+
+/// A region error.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A system call failed (mapping, userfaultfd, threads).
+    #[error("{what}: {source}")]
+    Sys {
+        /// What was being done.
+        what: &'static str,
+        /// The system's error.
+        source: io::Error,
+    },
+    /// The kernel does not let this process use userfaultfd (or lacks a feature the region
+    /// needs).
+    #[error("userfaultfd unavailable: {0}")]
+    Unavailable(String),
+    /// The zram device could not be made.
+    #[error("zram device: {0}")]
+    Device(#[from] zram::Error),
+    /// Bad settings or arguments.
+    #[error("{0}")]
+    Invalid(String),
+    /// The fault handler failed and the region was torn down: its memory is inaccessible
+    /// (touching it raises SIGSEGV) and its data is gone.
+    #[error("region failed: {0}")]
+    Failed(String),
+}
+
+impl Error {
+    pub(crate) fn sys(what: &'static str) -> impl FnOnce(io::Error) -> Self {
+        move |source| Self::Sys { what, source }
+    }
+}
+
+/// A region result.
+pub type Result<T> = std::result::Result<T, Error>;

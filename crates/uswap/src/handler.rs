@@ -1,0 +1,200 @@
+//! The fault handler threads: each reads faults from the region's userfaultfd and serves
+//! them. A missing page is filled from the device (decompressed, `UFFDIO_COPY`), with the
+//! shared zero page (`UFFDIO_ZEROPAGE`, a read of a never-written page) or a zeroed page (a
+//! first write); the faulting thread is woken as soon as its page is in, and the same round
+//! then reads ahead the window's evicted pages while the program runs on. A write-protect
+//! fault is a writer that met an eviction: it is released once the eviction has settled.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::config::FailPoint;
+use crate::evict;
+use crate::shared::Shared;
+use crate::stats::Counters;
+use crate::sys::{self, Fault, Fill, PAGE_SIZE};
+use crate::table::Page;
+
+/// How long a handler waits for a fault before looking at the stop flag.
+const POLL: Duration = Duration::from_millis(20);
+
+/// Attempts at a fill the kernel answers `EAGAIN` (the mapping is changing) to.
+const FILL_RETRIES: usize = 100;
+
+/// Runs one handler thread until the region stops or fails; a panic fails the region.
+pub(crate) fn run(shared: Arc<Shared>) {
+    let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| serve_loop(&shared)));
+    match outcome {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => shared.fail(e),
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            shared.fail(format!("fault handler panicked: {what}"));
+        }
+    }
+}
+
+fn serve_loop(shared: &Shared) -> Result<(), String> {
+    if let Err(e) = sys::block_signals() {
+        tracing::warn!("uswap handler: blocking signals: {e}");
+    }
+    let mut buf = vec![0u8; PAGE_SIZE];
+    while !shared.stopping() {
+        let fault = shared
+            .uffd
+            .read_fault(POLL)
+            .map_err(|e| format!("reading a fault: {e}"))?;
+        if let Some(fault) = fault {
+            serve(shared, fault, &mut buf)?;
+        }
+    }
+    Ok(())
+}
+
+fn serve(shared: &Shared, fault: Fault, buf: &mut [u8]) -> Result<(), String> {
+    let start = Instant::now();
+    let page = shared
+        .page_of(fault.address)
+        .ok_or_else(|| format!("fault at {:#x} outside the region", fault.address))?;
+    if fault.wp {
+        return release_writer(shared, page);
+    }
+    let c = &shared.counters;
+    let mut t = shared.table.lock();
+    loop {
+        match t.get(page) {
+            Page::Busy => shared.moved.wait(&mut t),
+            state @ (Page::Resident | Page::ReadAhead) => {
+                // Filled meanwhile (the fill woke the thread); wake again in case it
+                // faulted after the fill's wake-up went out. A read-ahead page the
+                // program faulted on while it was on its way is used: a hit.
+                if state == Page::ReadAhead {
+                    t.mark_used(page);
+                    Counters::bump(&c.swap_ra_hit);
+                }
+                drop(t);
+                return wake(shared, page);
+            }
+            Page::Untouched => {
+                t.take_for_fill(page);
+                drop(t);
+                // Counted before the fill wakes the program, so that what it sees after
+                // its access is already in the figures.
+                Counters::bump(&c.pgfault);
+                if fault.write {
+                    Counters::bump(&c.first_touch);
+                    buf.fill(0);
+                    fill(shared, page, Some(buf))?;
+                } else {
+                    Counters::bump(&c.zero_fills);
+                    fill(shared, page, None)?;
+                }
+                settle(shared, page, Page::Resident);
+                shared.latency.record(start.elapsed());
+                evict::after_fill(shared);
+                return Ok(());
+            }
+            Page::Evicted => {
+                t.take_for_fill(page);
+                let (_, ahead, used) = t.plan(page);
+                drop(t);
+                if shared.fail == FailPoint::Panic {
+                    panic!("injected handler failure");
+                }
+                Counters::bump(&c.pgfault);
+                Counters::bump(&c.pgmajfault);
+                Counters::add(&c.swap_ra_hit, used);
+                restore(shared, page, buf)?;
+                settle(shared, page, Page::Resident);
+                shared.latency.record(start.elapsed());
+                for p in ahead {
+                    Counters::bump(&c.swap_ra);
+                    restore(shared, p, buf)?;
+                    settle(shared, p, Page::ReadAhead);
+                }
+                evict::after_fill(shared);
+                return Ok(());
+            }
+        }
+        if shared.failed() {
+            return Ok(());
+        }
+    }
+}
+
+/// A writer hit a write-protected page: an eviction had it. Once the eviction settled, the
+/// page is either gone (wake the writer: it faults again as missing and is filled) or still
+/// resident (the eviction failed: unprotect it, which wakes the writer). Done under the
+/// table lock, so no new eviction of the page can start in between.
+fn release_writer(shared: &Shared, page: usize) -> Result<(), String> {
+    Counters::bump(&shared.counters.wp_faults);
+    let mut t = shared.table.lock();
+    while t.get(page) == Page::Busy && !shared.failed() {
+        shared.moved.wait(&mut t);
+    }
+    let res = if t.get(page).is_resident() {
+        shared.pager.unprotect(&shared.uffd, page, 1)
+    } else {
+        shared.uffd.wake(shared.addr(page), PAGE_SIZE)
+    };
+    drop(t);
+    res.map_err(|e| format!("releasing a writer of page {page}: {e}"))
+}
+
+fn wake(shared: &Shared, page: usize) -> Result<(), String> {
+    shared
+        .uffd
+        .wake(shared.addr(page), PAGE_SIZE)
+        .map_err(|e| format!("waking page {page}: {e}"))
+}
+
+/// Reads an evicted page back from the device, maps it, and frees its slot.
+fn restore(shared: &Shared, page: usize, buf: &mut [u8]) -> Result<(), String> {
+    let offset = (page * PAGE_SIZE) as u64;
+    shared
+        .zram
+        .read(offset, buf)
+        .map_err(|e| format!("reading page {page} back from the device: {e}"))?;
+    if shared.fail == FailPoint::Copy {
+        return Err(format!("UFFDIO_COPY of page {page}: injected failure"));
+    }
+    Counters::bump(&shared.counters.pswpin);
+    fill(shared, page, Some(buf))?;
+    // The page is in the mapping again: its stored copy would go stale at the next write.
+    shared
+        .zram
+        .discard(offset, PAGE_SIZE as u64)
+        .map_err(|e| format!("freeing page {page}'s slot: {e}"))
+}
+
+/// Maps a missing page: a copy of `src`, or the zero page; wakes its waiters.
+fn fill(shared: &Shared, page: usize, src: Option<&[u8]>) -> Result<(), String> {
+    let addr = shared.addr(page);
+    for _ in 0..FILL_RETRIES {
+        let res = match src {
+            Some(src) => shared.uffd.copy(addr, src, true),
+            None => shared.uffd.zeropage(addr),
+        };
+        match res {
+            Ok(Fill::Filled) => return Ok(()),
+            Ok(Fill::Exists) => {
+                return Err(format!(
+                    "page {page} is in the mapping although the region had it missing"
+                ));
+            }
+            Ok(Fill::Again { .. }) => std::thread::yield_now(),
+            Err(e) => return Err(format!("filling page {page}: {e}")),
+        }
+    }
+    Err(format!("filling page {page}: the mapping kept changing"))
+}
+
+fn settle(shared: &Shared, page: usize, now: Page) {
+    shared.table.lock().settle_filled(page, now);
+    shared.moved.notify_all();
+}

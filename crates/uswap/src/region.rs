@@ -1,0 +1,335 @@
+//! The region: an anonymous mapping whose pages beyond a resident budget live compressed on
+//! a zram device, served back by userfaultfd with seed 002's readahead.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use zram::Zram;
+
+use crate::config::RegionConfig;
+use crate::error::{Error, Result};
+use crate::evict;
+use crate::handler;
+use crate::readahead::ReadaheadConfig;
+use crate::shared::{EVICT_BATCH, Shared};
+use crate::stats::{Counters, RegionStats};
+use crate::sys::{Mapping, PAGE_SIZE, Span, Uffd};
+use crate::table::Table;
+
+/// A memory region whose cold pages live compressed on a zram device.
+///
+/// The memory is an anonymous mapping registered with a userfaultfd. Pages beyond the
+/// resident budget are evicted oldest fill first (see `table.rs` for why fill order is the
+/// age used): their bytes go to the device and the page leaves the mapping; touching it
+/// again faults, and a handler thread reads it back, decompresses it into place and, along
+/// the faulting sub-range, reads ahead the evicted pages of the seed's window.
+///
+/// Read-ahead pages are mapped, so using one causes no fault; a read-ahead page counts as a
+/// hit (`swap_ra_hit`) when the next major fault in its sub-range lands beyond it in the
+/// access direction, i.e. the program passed over it.
+///
+/// Access it with [`Region::read`] and [`Region::write`], or split it with
+/// [`Region::parts_mut`] for threads. If the handler fails (a device read error, a failed
+/// fill, a panic), the region is torn down: its memory becomes inaccessible, threads blocked
+/// on its faults are woken into a SIGSEGV rather than left waiting, and these methods return
+/// [`Error::Failed`].
+#[derive(Debug)]
+pub struct Region {
+    // Declared first: dropped (threads joined) before the mapping is unmapped.
+    threads: Vec<JoinHandle<()>>,
+    shared: Arc<Shared>,
+    mapping: Mapping,
+    range_len: usize,
+}
+
+impl Region {
+    /// Maps `len` bytes (rounded up to whole pages), registers them with a userfaultfd and
+    /// starts the handler and evictor threads.
+    pub fn new(len: usize, config: RegionConfig) -> Result<Self> {
+        let pages = len.div_ceil(PAGE_SIZE);
+        if pages == 0 {
+            return Err(Error::Invalid("a region needs at least one page".into()));
+        }
+        if !config.range_len.is_multiple_of(PAGE_SIZE) {
+            return Err(Error::Invalid(format!(
+                "range_len {} is not whole pages",
+                config.range_len
+            )));
+        }
+        if pages > u32::MAX as usize {
+            return Err(Error::Invalid(format!("{len} bytes is too large a region")));
+        }
+        let uffd = Uffd::new().map_err(|e| Error::Unavailable(e.to_string()))?;
+        if !uffd.features().write_protect {
+            return Err(Error::Unavailable(
+                "the kernel offers no write-protect faults on anonymous memory, which \
+                 eviction needs to be safe against writers"
+                    .into(),
+            ));
+        }
+        let mapping = Mapping::for_region(pages).map_err(Error::sys("mapping the region"))?;
+        uffd.register(&mapping, 0, mapping.len(), true)
+            .map_err(|e| Error::Unavailable(format!("registering the region: {e}")))?;
+        let mut device = config.device.clone();
+        device.disksize = (pages * PAGE_SIZE) as u64;
+        let zram = Zram::new(device)?;
+        let range_pages = config.range_len / PAGE_SIZE;
+        let range_len = if range_pages == 0 {
+            mapping.len()
+        } else {
+            config.range_len
+        };
+        let table = Table::new(pages, range_pages, config.readahead);
+        let shared = Arc::new(Shared::new(
+            uffd,
+            mapping.pager(),
+            zram,
+            table,
+            config.budget_pages(),
+            config.fail,
+        ));
+        let mut region = Self {
+            threads: Vec::new(),
+            shared,
+            mapping,
+            range_len,
+        };
+        for i in 0..config.handlers.max(1) {
+            let s = Arc::clone(&region.shared);
+            region.spawn(format!("uswap-fault-{i}"), move || handler::run(s))?;
+        }
+        let s = Arc::clone(&region.shared);
+        region.spawn("uswap-evict".into(), move || evict::run(s))?;
+        Ok(region)
+    }
+
+    fn spawn(&mut self, name: String, f: impl FnOnce() + Send + 'static) -> Result<()> {
+        let t = std::thread::Builder::new()
+            .name(name)
+            .spawn(f)
+            .map_err(Error::sys("starting a region thread"))?;
+        self.threads.push(t);
+        Ok(())
+    }
+
+    /// Length in bytes (whole pages).
+    pub fn len(&self) -> usize {
+        self.mapping.len()
+    }
+
+    /// Always false: a region has at least one page.
+    pub fn is_empty(&self) -> bool {
+        self.mapping.is_empty()
+    }
+
+    /// The first byte's address (for code outside Rust, such as the preload shim, that
+    /// hands the memory to a program; it stays valid while the region lives).
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.mapping.as_mut_ptr()
+    }
+
+    /// The first byte's address, as an integer.
+    pub fn addr(&self) -> usize {
+        self.mapping.addr()
+    }
+
+    fn check(&self) -> Result<()> {
+        match self.shared.failure() {
+            Some(reason) if self.shared.failed() => Err(Error::Failed(reason)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Copies bytes at `offset` into `buf`, faulting evicted pages back in.
+    pub fn read(&self, offset: usize, buf: &mut [u8]) -> Result<()> {
+        self.check()?;
+        self.mapping
+            .read(offset, buf)
+            .map_err(|e| Error::Invalid(e.to_string()))
+    }
+
+    /// Copies `data` into the region at `offset`.
+    pub fn write(&mut self, offset: usize, data: &[u8]) -> Result<()> {
+        self.check()?;
+        self.mapping
+            .write(offset, data)
+            .map_err(|e| Error::Invalid(e.to_string()))
+    }
+
+    /// One [`Part`] per sub-range (`RegionConfig::range_len`), each usable from its own
+    /// thread.
+    pub fn parts_mut(&mut self) -> Vec<Part<'_>> {
+        let shared = &*self.shared;
+        self.mapping
+            .split_mut(self.range_len)
+            .into_iter()
+            .map(|span| Part { span, shared })
+            .collect()
+    }
+
+    /// The zram device holding the evicted pages (`mm_stat`, `io_stat`, writeback, ...).
+    pub fn device(&self) -> &Zram {
+        &self.shared.zram
+    }
+
+    /// The readahead settings in force.
+    pub fn readahead(&self) -> ReadaheadConfig {
+        self.shared.table.lock().readahead
+    }
+
+    /// Changes the readahead settings (the kernel's `vma_ra_enabled`, `vma_ra_max_order`);
+    /// windows keep their state, as the kernel's do.
+    pub fn set_readahead(&self, cfg: ReadaheadConfig) {
+        self.shared.table.lock().readahead = ReadaheadConfig::new(cfg.enabled, cfg.max_order);
+    }
+
+    /// Evicts up to `n` of the oldest resident pages now, in the calling thread, whatever
+    /// the budget; returns how many went to the device (fewer when it refuses).
+    pub fn evict_oldest(&self, n: usize) -> Result<usize> {
+        self.check()?;
+        let mut done = 0;
+        while done < n {
+            let round = evict::evict(&self.shared, (n - done).min(EVICT_BATCH)).map_err(|e| {
+                self.shared.fail(e.clone());
+                Error::Failed(e)
+            })?;
+            done += round.evicted;
+            if round.refused || round.taken == 0 {
+                break;
+            }
+        }
+        Ok(done)
+    }
+
+    /// Forgets the pages of `offset..offset+len` (whole pages inside it): they read as
+    /// zeroes from now on and their stored copies are freed (what `MADV_DONTNEED` does to
+    /// anonymous memory).
+    pub fn discard(&self, offset: usize, len: usize) -> Result<()> {
+        self.check()?;
+        let first = offset.div_ceil(PAGE_SIZE);
+        let end = (offset.saturating_add(len) / PAGE_SIZE).min(self.mapping.pages());
+        if first >= end {
+            return Ok(());
+        }
+        let s = &*self.shared;
+        let mut t = s.table.lock();
+        while (first..end).any(|p| t.get(p) == crate::table::Page::Busy) && !s.failed() {
+            s.moved.wait(&mut t);
+        }
+        // Under the lock: no eviction or fill of these pages can start meanwhile.
+        s.pager
+            .discard(first, end - first)
+            .map_err(Error::sys("discarding pages"))?;
+        let stored = t.forget(first, end - first);
+        drop(t);
+        for p in stored {
+            s.zram.discard((p * PAGE_SIZE) as u64, PAGE_SIZE as u64)?;
+        }
+        Ok(())
+    }
+
+    /// Why the region failed, if it did.
+    pub fn failure(&self) -> Option<String> {
+        self.shared
+            .failed()
+            .then(|| self.shared.failure())
+            .flatten()
+    }
+
+    /// The region's figures now.
+    pub fn stats(&self) -> RegionStats {
+        let s = &*self.shared;
+        let c = &s.counters;
+        let (resident, evicted, ra) = {
+            let t = s.table.lock();
+            (t.resident(), t.evicted(), t.readahead)
+        };
+        RegionStats {
+            len: self.len() as u64,
+            budget_pages: s.budget as u64,
+            resident_pages: resident as u64,
+            evicted_pages: evicted as u64,
+            pswpin: Counters::get(&c.pswpin),
+            pswpout: Counters::get(&c.pswpout),
+            swap_ra: Counters::get(&c.swap_ra),
+            swap_ra_hit: Counters::get(&c.swap_ra_hit),
+            pgfault: Counters::get(&c.pgfault),
+            pgmajfault: Counters::get(&c.pgmajfault),
+            zero_fills: Counters::get(&c.zero_fills),
+            first_touch: Counters::get(&c.first_touch),
+            wp_faults: Counters::get(&c.wp_faults),
+            evict_failed: Counters::get(&c.evict_failed),
+            evict_cancelled: Counters::get(&c.evict_cancelled),
+            vma_ra_enabled: ra.enabled,
+            vma_ra_max_order: ra.effective_max_order(),
+            fault_latency: s.latency.snapshot().summary(),
+            mm_stat: s.zram.mm_stat().format(),
+            failed: self.failure(),
+        }
+    }
+
+    /// Starts the fault latency figures afresh.
+    pub fn reset_latency(&self) {
+        self.shared.latency.reset();
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        self.shared
+            .stop
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.shared.evict_wanted.notify_all();
+        self.shared.moved.notify_all();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// One sub-range of a [`Region`], readable and writable from its own thread.
+#[derive(Debug)]
+pub struct Part<'a> {
+    span: Span<'a>,
+    shared: &'a Shared,
+}
+
+impl Part<'_> {
+    /// Where the part starts in the region, bytes.
+    pub fn offset(&self) -> usize {
+        self.span.offset()
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.span.len()
+    }
+
+    /// Never true: parts have at least one page.
+    pub fn is_empty(&self) -> bool {
+        self.span.is_empty()
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.shared.failed() {
+            return Err(Error::Failed(self.shared.failure().unwrap_or_default()));
+        }
+        Ok(())
+    }
+
+    /// Copies bytes at `offset` of the part into `buf`.
+    pub fn read(&self, offset: usize, buf: &mut [u8]) -> Result<()> {
+        self.check()?;
+        self.span
+            .read(offset, buf)
+            .map_err(|e| Error::Invalid(e.to_string()))
+    }
+
+    /// Copies `data` into the part at `offset`.
+    pub fn write(&mut self, offset: usize, data: &[u8]) -> Result<()> {
+        self.check()?;
+        self.span
+            .write(offset, data)
+            .map_err(|e| Error::Invalid(e.to_string()))
+    }
+}

@@ -1,0 +1,111 @@
+//! What the region's threads share: the userfaultfd, the pager, the device, the page table
+//! and the counters; and how the region fails.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use parking_lot::{Condvar, Mutex};
+use zram::Zram;
+
+use crate::config::FailPoint;
+use crate::histogram::Histogram;
+use crate::stats::Counters;
+use crate::sys::{PAGE_SIZE, Pager, Uffd};
+use crate::table::Table;
+
+/// Pages evicted per round (one write-protect and one `MADV_DONTNEED` per run of them).
+pub(crate) const EVICT_BATCH: usize = 32;
+
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub uffd: Uffd,
+    pub pager: Pager,
+    pub zram: Zram,
+    pub table: Mutex<Table>,
+    /// Signalled whenever a busy page settles.
+    pub moved: Condvar,
+    /// Signalled when the region goes over budget, or stops.
+    pub evict_wanted: Condvar,
+    /// Resident pages allowed.
+    pub budget: usize,
+    pub counters: Counters,
+    pub latency: Histogram,
+    pub stop: AtomicBool,
+    failed: AtomicBool,
+    reason: Mutex<Option<String>>,
+    /// No eviction before this instant: the device refused the last one.
+    pub backoff: Mutex<Option<Instant>>,
+    pub fail: FailPoint,
+}
+
+impl Shared {
+    pub fn new(
+        uffd: Uffd,
+        pager: Pager,
+        zram: Zram,
+        table: Table,
+        budget: usize,
+        fail: FailPoint,
+    ) -> Self {
+        Self {
+            uffd,
+            pager,
+            zram,
+            table: Mutex::new(table),
+            moved: Condvar::new(),
+            evict_wanted: Condvar::new(),
+            budget,
+            counters: Counters::default(),
+            latency: Histogram::new(),
+            stop: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
+            reason: Mutex::new(None),
+            backoff: Mutex::new(None),
+            fail,
+        }
+    }
+
+    /// The address of page `page`.
+    pub fn addr(&self, page: usize) -> usize {
+        self.pager.addr() + page * PAGE_SIZE
+    }
+
+    /// The region's page at `address`, if it lies in the region.
+    pub fn page_of(&self, address: u64) -> Option<usize> {
+        let off = usize::try_from(address)
+            .ok()?
+            .checked_sub(self.pager.addr())?;
+        (off < self.pager.len()).then_some(off / PAGE_SIZE)
+    }
+
+    pub fn failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
+    pub fn failure(&self) -> Option<String> {
+        self.reason.lock().clone()
+    }
+
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire) || self.failed()
+    }
+
+    /// Tears the region down after a failure the handler cannot recover from: the memory
+    /// becomes inaccessible and every blocked thread is woken, so that it takes a SIGSEGV
+    /// instead of waiting forever for a fault nobody will serve.
+    pub fn fail(&self, reason: String) {
+        if self.failed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        tracing::error!("uswap region failed, tearing it down: {reason}");
+        *self.reason.lock() = Some(reason);
+        if let Err(e) = self.pager.poison() {
+            tracing::error!("uswap: making the failed region inaccessible: {e}");
+        }
+        if let Err(e) = self.uffd.wake(self.pager.addr(), self.pager.len()) {
+            tracing::error!("uswap: waking the failed region's threads: {e}");
+        }
+        self.moved.notify_all();
+        self.evict_wanted.notify_all();
+    }
+}

@@ -1,0 +1,89 @@
+//! The only module of this crate with `unsafe` code: anonymous mappings, the userfaultfd
+//! that serves their missing pages (`userfaultfd(2)`, `ioctl_userfaultfd(2)`), and the
+//! signal mask of the crate's threads.
+//!
+//! The uapi structures, ioctl numbers and flag values come from `linux-raw-sys`
+//! (`linux/userfaultfd.h`, generated), except `UFFDIO_WRITEPROTECT_MODE_WP`, which it lacks
+//! and which is declared in `uffd.rs` with the header's value. Calls go through `rustix`
+//! (`mmap`, `mprotect`, `madvise`, `poll`, `read`, `ioctl`) and `libc` (`mincore`,
+//! `pthread_sigmask`, which rustix lacks); nothing here panics on a failed syscall: every
+//! failure is an [`std::io::Error`].
+//!
+//! # Safety
+//!
+//! Contract upheld here, relied on by the rest of the crate (which is `unsafe`-free):
+//! - A [`Mapping`] is one private anonymous `mmap` of whole pages (plus, for a region, one
+//!   inaccessible guard page after it), unmapped exactly once, when the last of the
+//!   `Mapping` and its [`Pager`]s is dropped, and never remapped while it lives. So no
+//!   address any of them hands to the kernel can belong to another mapping.
+//! - Program bytes are reached only through methods: reads (`&self`) copy out; writes need
+//!   `&mut Mapping` or a [`Span`] (made by [`Mapping::split_mut`]: disjoint ranges, each
+//!   borrowing the mapping mutably), so no two threads race on the same bytes through this
+//!   module's program-side methods.
+//! - A [`Pager`] (the fault handler's and evictor's view) never writes program bytes. It
+//!   reads a page only in [`Pager::snapshot`], *after* write-protecting it through the
+//!   userfaultfd in the same call: once `UFFDIO_WRITEPROTECT` has returned, every store to
+//!   the page blocks in the kernel until it is unprotected or dropped, so the copy cannot
+//!   race a writer; pages `mincore` reports absent are not read (reading them would fault
+//!   on the caller's own userfaultfd). Its other calls change what the next access faults
+//!   on (`MADV_DONTNEED`, `mprotect(PROT_NONE)`), never bytes a Rust reference can see:
+//!   a dropped page faults and is filled again by the handler with the bytes it had.
+//! - A [`Uffd`] owns its file descriptor; a range is registered with it only through
+//!   [`Uffd::register`], which takes a `&Mapping`, so every registered range lies inside a
+//!   live mapping (unmapping unregisters it in the kernel).
+//! - The range ioctls ([`Uffd::copy`], [`Uffd::zeropage`], [`Uffd::write_protect`],
+//!   [`Uffd::wake`]) take plain addresses: the kernel acts only on ranges registered with
+//!   this descriptor and rejects anything else (`EINVAL`/`ENOENT`). `UFFDIO_COPY` and
+//!   `UFFDIO_ZEROPAGE` only ever fill *missing* pages (a present page gives `EEXIST` and is
+//!   left as it was), write-protection changes no byte, and waking resumes a blocked thread:
+//!   none of them changes memory a Rust reference may be reading. The source of a copy is a
+//!   borrowed `&[u8]` of at least one page, read by the kernel during the call only.
+//! - Each ioctl is given the argument structure its uapi number names (one wrapper per
+//!   number), and reading the descriptor fills a byte buffer parsed field by field.
+
+use std::io;
+
+use linux_raw_sys::general as uapi;
+
+mod mapping;
+mod uffd;
+
+pub use mapping::{Mapping, Pager, Span};
+pub use uffd::{Fault, Features, Fill, Uffd};
+
+/// Bytes in one page (x86-64 and the other 4 KiB-page targets this crate runs on).
+pub const PAGE_SIZE: usize = 4096;
+
+/// Checks that `start..start+len` is whole pages and returns the uapi range.
+fn page_range(start: usize, len: usize) -> io::Result<uapi::uffdio_range> {
+    if !start.is_multiple_of(PAGE_SIZE) || !len.is_multiple_of(PAGE_SIZE) || len == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("range {start:#x}+{len:#x} is not whole pages"),
+        ));
+    }
+    start
+        .checked_add(len)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "range wraps around"))?;
+    Ok(uapi::uffdio_range {
+        start: start as u64,
+        len: len as u64,
+    })
+}
+
+/// Blocks every blockable signal in the calling thread, so that the program's signals go
+/// to its own threads, never to the region's handler threads.
+pub fn block_signals() -> io::Result<()> {
+    // SAFETY: `sigfillset` and `pthread_sigmask` only read and write the local set; the
+    // calling thread's mask is its own to change.
+    let rc = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut set);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut())
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(rc))
+    }
+}

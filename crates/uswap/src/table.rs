@@ -1,0 +1,293 @@
+//! The region's page table: what each page is, which resident pages are oldest, the
+//! readahead windows. Pure bookkeeping under the region's lock; the I/O is elsewhere.
+//!
+//! Access tracking is by **residency age**: a page's age is the time since it was last
+//! filled (first touch or read back), kept as a FIFO of fills, and eviction takes the
+//! oldest. Why not the others: the accessed bits of resident pages are visible to userspace
+//! only through `/proc/kpageflags` or `/sys/kernel/mm/page_idle` and pagemap PFNs, which need
+//! root; soft-dirty tracks writes only and is cleared process-wide (`clear_refs`), so it
+//! cannot be scanned per region without disturbing every other user; write-protect scans
+//! see writes only and cost one fault per written page per scan, which on the seed's
+//! write-every-page workloads would add a fault to every access. Fill order costs nothing
+//! and, for the scans the seed measures (sequential and random passes over memory larger
+//! than the budget), evicts exactly what LRU would.
+
+use std::collections::VecDeque;
+
+use crate::readahead::{PageState, Plan, ReadaheadConfig, Window};
+
+/// What one page of the region is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Page {
+    /// Never touched (or discarded): reads as zeroes, nothing stored.
+    Untouched,
+    /// In the mapping.
+    Resident,
+    /// In the mapping, brought in by readahead and not yet passed over by a fault.
+    ReadAhead,
+    /// Stored on the device, missing from the mapping.
+    Evicted,
+    /// A handler or the evictor is moving it; wait for the region's condition variable.
+    Busy,
+}
+
+impl Page {
+    pub fn is_resident(self) -> bool {
+        matches!(self, Self::Resident | Self::ReadAhead)
+    }
+}
+
+/// The page table.
+#[derive(Debug)]
+pub(crate) struct Table {
+    pages: Vec<Page>,
+    /// Resident pages in fill order, oldest first; entries whose page has since left
+    /// residency are skipped when popped.
+    fifo: VecDeque<u32>,
+    resident: usize,
+    evicted: usize,
+    range_pages: usize,
+    windows: Vec<Window>,
+    pub readahead: ReadaheadConfig,
+}
+
+impl Table {
+    pub fn new(pages: usize, range_pages: usize, readahead: ReadaheadConfig) -> Self {
+        let range_pages = if range_pages == 0 { pages } else { range_pages };
+        Self {
+            pages: vec![Page::Untouched; pages],
+            fifo: VecDeque::new(),
+            resident: 0,
+            evicted: 0,
+            range_pages,
+            windows: vec![Window::new(); pages.div_ceil(range_pages)],
+            readahead,
+        }
+    }
+
+    pub fn get(&self, page: usize) -> Page {
+        self.pages[page]
+    }
+
+    pub fn resident(&self) -> usize {
+        self.resident
+    }
+
+    pub fn evicted(&self) -> usize {
+        self.evicted
+    }
+
+    /// Marks a page busy, returning what it was.
+    pub fn take(&mut self, page: usize) -> Page {
+        let was = self.pages[page];
+        debug_assert_ne!(was, Page::Busy);
+        match was {
+            Page::Resident | Page::ReadAhead => self.resident -= 1,
+            Page::Evicted => self.evicted -= 1,
+            Page::Untouched | Page::Busy => {}
+        }
+        self.pages[page] = Page::Busy;
+        was
+    }
+
+    /// Marks a page busy for a fill: it counts as resident from now on, so that the figures
+    /// are right as soon as the fill wakes the program (end with [`Self::settle_filled`]).
+    pub fn take_for_fill(&mut self, page: usize) -> Page {
+        let was = self.take(page);
+        self.resident += 1;
+        was
+    }
+
+    /// Ends a fill begun with [`Self::take_for_fill`]: the page joins the FIFO as youngest.
+    pub fn settle_filled(&mut self, page: usize, now: Page) {
+        debug_assert!(self.pages[page] == Page::Busy && now.is_resident());
+        self.pages[page] = now;
+        self.fifo.push_back(page as u32);
+    }
+
+    /// A read-ahead page the program used.
+    pub fn mark_used(&mut self, page: usize) {
+        if self.pages[page] == Page::ReadAhead {
+            self.pages[page] = Page::Resident;
+        }
+    }
+
+    /// Ends a busy page's move with its new state (`Resident`/`ReadAhead` join the FIFO as
+    /// youngest).
+    pub fn settle(&mut self, page: usize, now: Page) {
+        debug_assert_eq!(self.pages[page], Page::Busy);
+        self.set(page, now);
+        if now.is_resident() {
+            self.fifo.push_back(page as u32);
+        }
+    }
+
+    /// A busy page whose eviction failed goes back resident, still the oldest.
+    pub fn settle_oldest(&mut self, page: usize, now: Page) {
+        self.set(page, now);
+        if now.is_resident() {
+            self.fifo.push_front(page as u32);
+        }
+    }
+
+    fn set(&mut self, page: usize, now: Page) {
+        match now {
+            Page::Resident | Page::ReadAhead => self.resident += 1,
+            Page::Evicted => self.evicted += 1,
+            Page::Untouched | Page::Busy => {}
+        }
+        self.pages[page] = now;
+    }
+
+    /// Takes up to `n` of the oldest resident pages for eviction (marked busy).
+    pub fn take_oldest(&mut self, n: usize) -> Vec<usize> {
+        let mut out = Vec::with_capacity(n);
+        while out.len() < n {
+            let Some(page) = self.fifo.pop_front() else {
+                break;
+            };
+            let page = page as usize;
+            if self.pages[page].is_resident() {
+                self.take(page);
+                out.push(page);
+            }
+        }
+        // Entries of pages that left residency otherwise linger; keep the queue bounded.
+        if self.fifo.len() > 2 * self.resident + 1024 {
+            let pages = &self.pages;
+            self.fifo.retain(|&p| pages[p as usize].is_resident());
+        }
+        out
+    }
+
+    /// Updates the faulting range's window for a major fault on `page` and plans the
+    /// readahead; read-ahead pages the fault passed over count as used. Returns the plan,
+    /// the pages chosen to read ahead (marked busy), and the read-ahead pages used.
+    pub fn plan(&mut self, page: usize) -> (Plan, Vec<usize>, u64) {
+        let w = page / self.range_pages;
+        let start = w * self.range_pages;
+        let end = (start + self.range_pages).min(self.pages.len());
+        let mut used = 0;
+        let mut gap_resident = true;
+        if let Some(prev) = self.windows[w].prev_fault() {
+            let prev = prev as usize;
+            let reach = 2usize << self.readahead.effective_max_order();
+            if (start..end).contains(&prev) && prev.abs_diff(page) <= reach {
+                let (lo, hi) = (prev.min(page) + 1, prev.max(page));
+                for p in lo..hi {
+                    match self.pages[p] {
+                        Page::ReadAhead => {
+                            self.pages[p] = Page::Resident;
+                            used += 1;
+                        }
+                        Page::Resident | Page::Busy => {}
+                        Page::Evicted | Page::Untouched => gap_resident = false,
+                    }
+                }
+            }
+        }
+        for _ in 0..used {
+            self.windows[w].record_hit();
+        }
+        let cfg = self.readahead;
+        let plan =
+            self.windows[w].on_fault(page as u64, gap_resident, start as u64..end as u64, &cfg);
+        let chosen: Vec<usize> = plan
+            .select(|p| match self.pages[p as usize] {
+                Page::Resident | Page::ReadAhead | Page::Busy => PageState::Resident,
+                Page::Evicted => PageState::Evicted,
+                Page::Untouched => PageState::Untouched,
+            })
+            .into_iter()
+            .map(|p| p as usize)
+            .collect();
+        for &p in &chosen {
+            self.take_for_fill(p);
+        }
+        (plan, chosen, used)
+    }
+
+    /// Forgets pages `first..first+count` (the program discarded or unmapped them): they
+    /// read as zeroes from now on. Busy pages are left to their mover. Returns the pages
+    /// that were stored on the device, for it to free.
+    pub fn forget(&mut self, first: usize, count: usize) -> Vec<usize> {
+        let mut stored = Vec::new();
+        for p in first..first + count {
+            match self.pages[p] {
+                Page::Busy | Page::Untouched => {}
+                Page::Evicted => {
+                    self.take(p);
+                    self.pages[p] = Page::Untouched;
+                    stored.push(p);
+                }
+                Page::Resident | Page::ReadAhead => {
+                    self.take(p);
+                    self.pages[p] = Page::Untouched;
+                }
+            }
+        }
+        stored
+    }
+
+    /// Every page's state and the resident/evicted counts agree.
+    #[cfg(test)]
+    pub fn check(&self) {
+        let r = self.pages.iter().filter(|p| p.is_resident()).count();
+        let e = self.pages.iter().filter(|&&p| p == Page::Evicted).count();
+        assert_eq!((r, e), (self.resident, self.evicted));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fifo_gives_oldest_fills_first_and_skips_stale_entries() {
+        let mut t = Table::new(8, 0, ReadaheadConfig::default());
+        for p in [3, 1, 5, 2] {
+            t.take(p);
+            t.settle(p, Page::Resident);
+        }
+        t.forget(1, 1);
+        assert_eq!(t.take_oldest(2), vec![3, 5]);
+        t.settle(3, Page::Evicted);
+        t.settle_oldest(5, Page::Resident);
+        assert_eq!(t.take_oldest(8), vec![5, 2]);
+        t.settle(5, Page::Evicted);
+        t.settle(2, Page::Evicted);
+        assert_eq!((t.resident(), t.evicted()), (0, 3));
+        t.check();
+    }
+
+    #[test]
+    fn sequential_major_faults_grow_the_window_and_count_passed_pages() {
+        let mut t = Table::new(64, 0, ReadaheadConfig::default());
+        for p in 0..64 {
+            t.take(p);
+            t.settle(p, Page::Evicted);
+        }
+        let mut page = 0;
+        let mut read_ahead = 0;
+        let mut used_total = 0;
+        while page < 64 {
+            t.take_for_fill(page);
+            let (_, chosen, used) = t.plan(page);
+            used_total += used;
+            t.settle_filled(page, Page::Resident);
+            for &c in &chosen {
+                t.settle_filled(c, Page::ReadAhead);
+            }
+            read_ahead += chosen.len();
+            // The program walks on past what was read ahead.
+            page += 1 + chosen.len();
+            t.check();
+        }
+        assert!(read_ahead > 32, "read ahead {read_ahead}");
+        // Every read-ahead page but the last window's was passed over by a later fault.
+        assert!(
+            used_total + 8 >= read_ahead as u64,
+            "{used_total} of {read_ahead}"
+        );
+    }
+}

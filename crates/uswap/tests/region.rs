@@ -1,0 +1,234 @@
+//! Regions against the running kernel: every byte kept through eviction and faults with a
+//! tiny budget (a model test), parts from threads, readahead on sequential and random
+//! passes, zero pages, and a device at `mem_limit`.
+
+mod common;
+
+use common::{PAGE, config, page_of, region_or_skip};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use uswap::{Error, ReadaheadConfig, RegionConfig};
+
+#[test]
+fn random_reads_and_writes_with_a_tiny_budget_keep_every_byte() {
+    let pages = 512;
+    let Some(mut region) = region_or_skip(pages * PAGE, config(16)) else {
+        return;
+    };
+    let mut model = vec![0u8; pages * PAGE];
+    let mut rng = SmallRng::seed_from_u64(14);
+    let mut buf = Vec::new();
+    for step in 0..6000 {
+        let len = rng.gen_range(1..3 * PAGE);
+        let off = rng.gen_range(0..model.len() - len);
+        match rng.gen_range(0..10) {
+            0..=4 => {
+                let mut data = page_of(rng.r#gen());
+                data.resize(len, 0);
+                if rng.gen_bool(0.2) {
+                    data.fill(0);
+                } else if rng.gen_bool(0.2) {
+                    rng.fill(&mut data[..]);
+                }
+                region.write(off, &data).unwrap();
+                model[off..off + len].copy_from_slice(&data);
+            }
+            5..=8 => {
+                buf.resize(len, 0);
+                region.read(off, &mut buf).unwrap();
+                assert!(buf == model[off..off + len], "step {step}: {off}+{len}");
+            }
+            _ => {
+                let n = rng.gen_range(1..64);
+                region.evict_oldest(n).unwrap();
+            }
+        }
+    }
+    let mut all = vec![0u8; model.len()];
+    region.read(0, &mut all).unwrap();
+    assert!(all == model, "final contents differ");
+    let s = region.stats();
+    eprintln!("{}", s.format());
+    assert!(s.pswpout > 1000 && s.pswpin > 1000, "{s:?}");
+    assert!(s.pgmajfault > 0 && s.first_touch > 0);
+    // The evictor keeps the region near its budget (it may lag by a batch or two).
+    assert!(s.resident_pages <= 16 + 2 * 32 + 4, "{}", s.resident_pages);
+    assert_eq!(s.failed, None);
+}
+
+#[test]
+fn parts_are_served_from_their_own_threads() {
+    let pages = 1024;
+    let cfg = RegionConfig {
+        range_len: 256 * PAGE,
+        ..config(32)
+    };
+    let Some(mut region) = region_or_skip(pages * PAGE, cfg) else {
+        return;
+    };
+    let mut parts = region.parts_mut();
+    assert_eq!(parts.len(), 4);
+    std::thread::scope(|s| {
+        for (n, part) in parts.iter_mut().enumerate() {
+            s.spawn(move || {
+                for round in 0..3u64 {
+                    for p in 0..part.len() / PAGE {
+                        let seed = (n as u64) << 32 | (p as u64) << 4 | round;
+                        part.write(p * PAGE, &page_of(seed)).unwrap();
+                    }
+                    let mut buf = vec![0u8; PAGE];
+                    for p in 0..part.len() / PAGE {
+                        let seed = (n as u64) << 32 | (p as u64) << 4 | round;
+                        part.read(p * PAGE, &mut buf).unwrap();
+                        assert!(buf == page_of(seed), "part {n} page {p} round {round}");
+                    }
+                }
+            });
+        }
+    });
+    drop(parts);
+    let s = region.stats();
+    eprintln!("{}", s.format());
+    assert!(s.pswpout > 0 && s.pgmajfault > 0, "{s:?}");
+    assert!(part_out_of_range(&mut region));
+}
+
+fn part_out_of_range(region: &mut uswap::Region) -> bool {
+    let mut parts = region.parts_mut();
+    let len = parts[0].len();
+    matches!(parts[0].write(len, &[1]), Err(Error::Invalid(_)))
+        && matches!(parts[0].read(len - 1, &mut [0, 0]), Err(Error::Invalid(_)))
+}
+
+/// Fills `pages` pages, evicts them all, then reads them in `order`; returns the stats.
+fn pass(pages: usize, ra: ReadaheadConfig, order: &[usize]) -> Option<uswap::RegionStats> {
+    let cfg = RegionConfig {
+        readahead: ra,
+        ..config(pages + 64)
+    };
+    let mut region = region_or_skip(pages * PAGE, cfg)?;
+    for p in 0..pages {
+        region.write(p * PAGE, &page_of(p as u64)).unwrap();
+    }
+    assert_eq!(region.evict_oldest(pages).unwrap(), pages);
+    let mut buf = vec![0u8; PAGE];
+    for &p in order {
+        region.read(p * PAGE, &mut buf).unwrap();
+        assert!(buf == page_of(p as u64), "page {p}");
+    }
+    Some(region.stats())
+}
+
+#[test]
+fn a_sequential_pass_reads_ahead_and_a_random_one_hardly() {
+    let pages = 2048;
+    let seq: Vec<usize> = (0..pages).collect();
+    let Some(on) = pass(pages, ReadaheadConfig::default(), &seq) else {
+        return;
+    };
+    let off = pass(pages, ReadaheadConfig::new(false, 3), &seq).unwrap();
+    eprintln!("sequential, readahead on:\n{}", on.format());
+    assert_eq!(off.swap_ra, 0);
+    assert_eq!(off.pgmajfault, pages as u64);
+    // Windows of 8 pages: one fault brings 8 in once the window is grown.
+    assert!(on.pgmajfault * 6 < pages as u64, "{}", on.pgmajfault);
+    assert_eq!(on.pgmajfault + on.swap_ra, pages as u64);
+    assert!(on.swap_ra_hit * 10 >= on.swap_ra * 9, "{on:?}");
+
+    let mut rng = SmallRng::seed_from_u64(2);
+    let mut random: Vec<usize> = (0..pages).collect();
+    for i in (1..pages).rev() {
+        random.swap(i, rng.gen_range(0..=i));
+    }
+    let r = pass(pages, ReadaheadConfig::default(), &random).unwrap();
+    eprintln!("random, readahead on:\n{}", r.format());
+    assert!(
+        r.swap_ra * 20 < pages as u64,
+        "random pass read ahead {}",
+        r.swap_ra
+    );
+}
+
+#[test]
+fn zero_pages_are_mapped_without_copies() {
+    let Some(mut region) = region_or_skip(64 * PAGE, config(16)) else {
+        return;
+    };
+    let mut buf = vec![1u8; 8 * PAGE];
+    region.read(0, &mut buf).unwrap();
+    assert!(buf.iter().all(|&b| b == 0));
+    let s = region.stats();
+    assert_eq!((s.zero_fills, s.first_touch), (8, 0));
+    region.write(8 * PAGE, &[0u8; PAGE]).unwrap();
+    assert_eq!(region.stats().first_touch, 1);
+    // Evicted zero pages come back as zeroes (the device keeps them as same-filled).
+    region.evict_oldest(9).unwrap();
+    region.read(0, &mut buf).unwrap();
+    assert!(buf.iter().all(|&b| b == 0));
+    assert!(region.stats().pswpin >= 8);
+}
+
+#[test]
+fn a_device_at_mem_limit_stops_eviction_and_loses_nothing() {
+    let pages = 1024;
+    let mut cfg = config(16);
+    cfg.device.mem_limit = zram::Size(256 * 1024);
+    let Some(mut region) = region_or_skip(pages * PAGE, cfg) else {
+        return;
+    };
+    let mut rng = SmallRng::seed_from_u64(7);
+    let mut model = vec![0u8; pages * PAGE];
+    rng.fill(&mut model[..]);
+    for p in 0..pages {
+        region
+            .write(p * PAGE, &model[p * PAGE..(p + 1) * PAGE])
+            .unwrap();
+    }
+    // The device holds about 64 incompressible pages; the rest must stay resident.
+    let evicted = region.evict_oldest(pages).unwrap();
+    assert!(evicted < 80, "{evicted}");
+    let s = region.stats();
+    eprintln!("{}", s.format());
+    assert!(s.evict_failed > 0);
+    assert!(s.resident_pages as usize >= pages - 80);
+    let mut all = vec![0u8; model.len()];
+    region.read(0, &mut all).unwrap();
+    assert!(all == model);
+    // Room again: discarding pages frees their slots, and the evictor resumes.
+    let before = region.stats().pswpout;
+    region.discard(0, pages * PAGE / 2).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while region.stats().pswpout == before && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(
+        region.stats().pswpout > before,
+        "{}",
+        region.stats().format()
+    );
+    region.read(0, &mut all).unwrap();
+    let half = model.len() / 2;
+    assert!(all[..half].iter().all(|&b| b == 0));
+    assert!(all[half..] == model[half..]);
+}
+
+#[test]
+fn bad_arguments_are_errors() {
+    assert!(matches!(
+        uswap::Region::new(0, config(16)),
+        Err(Error::Invalid(_))
+    ));
+    let cfg = RegionConfig {
+        range_len: 100,
+        ..config(16)
+    };
+    assert!(matches!(
+        uswap::Region::new(PAGE, cfg),
+        Err(Error::Invalid(_))
+    ));
+    let Some(mut region) = region_or_skip(4 * PAGE, config(16)) else {
+        return;
+    };
+    assert!(region.write(4 * PAGE - 1, &[0, 0]).is_err());
+    assert!(region.read(usize::MAX, &mut [0]).is_err());
+}
