@@ -13,11 +13,14 @@ use crate::config::FailPoint;
 use crate::evict;
 use crate::shared::Shared;
 use crate::stats::Counters;
-use crate::sys::{self, Fault, Fill, PAGE_SIZE};
+use crate::sys::{self, Fault, Fill, MAX_BATCH, PAGE_SIZE};
 use crate::table::Page;
 
 /// How long a handler waits for a fault before looking at the stop flag.
 const POLL: Duration = Duration::from_millis(20);
+
+/// How long a handler keeps looking for the next fault before it sleeps.
+const SPIN: Duration = Duration::from_micros(50);
 
 /// Attempts at a fill the kernel answers `EAGAIN` (the mapping is changing) to.
 const FILL_RETRIES: usize = 100;
@@ -44,14 +47,39 @@ fn serve_loop(shared: &Shared) -> Result<(), String> {
         tracing::warn!("uswap handler: blocking signals: {e}");
     }
     let mut buf = vec![0u8; PAGE_SIZE];
+    let mut faults = Vec::with_capacity(MAX_BATCH);
     while !shared.stopping() {
-        let fault = shared
-            .uffd
-            .read_fault(POLL)
-            .map_err(|e| format!("reading a fault: {e}"))?;
-        if let Some(fault) = fault {
+        faults.clear();
+        {
+            // One handler at a time waits on the descriptor (the others wait for their
+            // turn here, not in `poll`, so a fault wakes one thread, not all).
+            let _turn = shared.reader.lock();
+            take_faults(shared, &mut faults)?;
+        }
+        for &fault in &faults {
             serve(shared, fault, &mut buf)?;
         }
+    }
+    Ok(())
+}
+
+/// Takes the pending faults: spins on the descriptor for [`SPIN`] first (a fault that comes
+/// meanwhile is served without a wake-up of this thread, the dearest part of a round trip
+/// on a virtual machine), then waits in `poll` for up to [`POLL`].
+fn take_faults(shared: &Shared, faults: &mut Vec<Fault>) -> Result<(), String> {
+    let read = |timeout, faults: &mut Vec<Fault>| {
+        shared
+            .uffd
+            .read_faults(timeout, MAX_BATCH, faults)
+            .map_err(|e| format!("reading faults: {e}"))
+    };
+    let spin_until = Instant::now() + SPIN;
+    while faults.is_empty() && Instant::now() < spin_until && !shared.stopping() {
+        read(None, faults)?;
+        std::hint::spin_loop();
+    }
+    if faults.is_empty() {
+        read(Some(POLL), faults)?;
     }
     Ok(())
 }

@@ -22,6 +22,8 @@ pub(crate) struct Shared {
     pub pager: Pager,
     pub zram: Zram,
     pub table: Mutex<Table>,
+    /// Held by the handler that waits for faults on the descriptor.
+    pub reader: Mutex<()>,
     /// Signalled whenever a busy page settles.
     pub moved: Condvar,
     /// Signalled when the region goes over budget, or stops.
@@ -52,6 +54,7 @@ impl Shared {
             pager,
             zram,
             table: Mutex::new(table),
+            reader: Mutex::new(()),
             moved: Condvar::new(),
             evict_wanted: Condvar::new(),
             budget,

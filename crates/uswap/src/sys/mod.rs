@@ -49,7 +49,7 @@ mod mapping;
 mod uffd;
 
 pub use mapping::{Mapping, Pager, Span};
-pub use uffd::{Fault, Features, Fill, Uffd};
+pub use uffd::{Fault, Features, Fill, MAX_BATCH, Uffd};
 
 /// Bytes in one page (x86-64 and the other 4 KiB-page targets this crate runs on).
 pub const PAGE_SIZE: usize = 4096;

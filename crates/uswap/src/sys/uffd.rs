@@ -231,29 +231,53 @@ impl Uffd {
     /// another reader took it). Events other than page faults are not enabled here and
     /// are reported as `InvalidData`.
     pub fn read_fault(&self, timeout: Duration) -> io::Result<Option<Fault>> {
-        let ts = Timespec::try_from(timeout)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "timeout too long"))?;
-        let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
-        match rustix::event::poll(&mut fds, Some(&ts)) {
-            Ok(0) | Err(rustix::io::Errno::INTR) => return Ok(None),
-            Ok(_) => {}
-            Err(e) => return Err(e.into()),
+        let mut out = Vec::with_capacity(1);
+        self.read_faults(Some(timeout), 1, &mut out)?;
+        Ok(out.pop())
+    }
+
+    /// Reads up to `max` pending faults into `out` (appended). With `timeout`, first waits up
+    /// to that long for one to be pending; without, only takes what is pending now (one
+    /// `read`, no `poll`: for spinning on the descriptor).
+    pub fn read_faults(
+        &self,
+        timeout: Option<Duration>,
+        max: usize,
+        out: &mut Vec<Fault>,
+    ) -> io::Result<()> {
+        if let Some(timeout) = timeout {
+            let ts = Timespec::try_from(timeout)
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "timeout too long"))?;
+            let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
+            match rustix::event::poll(&mut fds, Some(&ts)) {
+                Ok(0) | Err(rustix::io::Errno::INTR) => return Ok(()),
+                Ok(_) => {}
+                Err(e) => return Err(e.into()),
+            }
         }
-        let mut buf = [0u8; MSG_SIZE];
-        let n = match rustix::io::read(&self.fd, &mut buf) {
+        let mut buf = [0u8; MSG_SIZE * MAX_BATCH];
+        let want = max.clamp(1, MAX_BATCH) * MSG_SIZE;
+        let n = match rustix::io::read(&self.fd, &mut buf[..want]) {
             Ok(n) => n,
-            Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => return Ok(None),
+            Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => return Ok(()),
             Err(e) => return Err(e.into()),
         };
-        if n != MSG_SIZE {
+        if n % MSG_SIZE != 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("short uffd_msg: {n}"),
             ));
         }
-        parse_msg(&buf).map(Some)
+        for msg in buf[..n].chunks_exact(MSG_SIZE) {
+            let msg: &[u8; MSG_SIZE] = msg.try_into().map_err(|_| io::ErrorKind::InvalidData)?;
+            out.push(parse_msg(msg)?);
+        }
+        Ok(())
     }
 }
+
+/// Most messages taken by one `read`.
+pub const MAX_BATCH: usize = 16;
 
 impl AsFd for Uffd {
     fn as_fd(&self) -> BorrowedFd<'_> {
