@@ -20,11 +20,17 @@
 //! - **Plan**: with window `w > 1`, the candidates are the `2w - 1` pages after `f` (forward)
 //!   or before `f` (backward), clipped to the range and never including `f`. The caller walks
 //!   them in access order ([`Plan::select`]): resident pages are skipped, a page never
-//!   populated stops the walk, evicted pages are read until `w - 1` of them have been read
-//!   (with the faulting page, `w` pages in all).
+//!   populated stops the walk, evicted pages are read until the whole span has been walked.
 //!
 //! Where we differ from the seed, and why:
 //!
+//! - The kernel reads at most `w` new pages per fault, but every access to a swapped-out
+//!   page faults, read-ahead ones included (a minor fault on the swap cache), and each of
+//!   those faults tops the read-ahead up again: in a steady sequential stream it holds the
+//!   whole `2w - 1`-page span ahead of the program in flight. Here read-ahead pages are
+//!   mapped and make no fault, so the only chance to top up is the next major fault, at the
+//!   end of what was read: reading the whole span at once gives the program the runway the
+//!   kernel's pipeline gives it (`budget` is the span, not `w - 1`).
 //! - The kernel's detection distance is `|f - p| < 2^max_order`, because its read-ahead pages
 //!   sit in the swap cache and still fault one by one. Here read-ahead pages are installed in
 //!   the mapping and do not fault again, so the next sequential fault lands past the previous
@@ -136,7 +142,7 @@ pub struct Plan {
     /// The candidate pages, clipped to the range, never containing the faulting page; empty
     /// when there is no readahead.
     pub span: Range<u64>,
-    /// The most pages to read ahead: `window - 1`, and no more than `span` holds.
+    /// The most pages to read ahead: the span's length (`2 * window - 1` unless clipped).
     pub budget: u64,
 }
 
@@ -302,7 +308,7 @@ impl Window {
                     fault_page.saturating_sub(reach).max(range.start)..fault_page
                 }
             };
-            let budget = (window - 1).min(span.end - span.start);
+            let budget = span.end - span.start;
             Plan {
                 direction,
                 window,
