@@ -97,6 +97,13 @@ fn serve(shared: &Shared, fault: Fault, buf: &mut [u8]) -> Result<(), String> {
     loop {
         match t.get(page) {
             Page::Busy => shared.moved.wait(&mut t),
+            Page::Resident | Page::ReadAhead if !present(shared, page)? => {
+                // The table has it resident, yet it faults: the program dropped it behind
+                // the region's back (`madvise(MADV_DONTNEED)` by a raw system call). Such
+                // a page reads as zeroes: it is untouched again.
+                t.take(page);
+                t.settle(page, Page::Untouched);
+            }
             state @ (Page::Resident | Page::ReadAhead) => {
                 // Filled meanwhile (the fill woke the thread); wake again in case it
                 // faulted after the fill's wake-up went out. A read-ahead page the
@@ -172,6 +179,13 @@ fn release_writer(shared: &Shared, page: usize) -> Result<(), String> {
     };
     drop(t);
     res.map_err(|e| format!("releasing a writer of page {page}: {e}"))
+}
+
+fn present(shared: &Shared, page: usize) -> Result<bool, String> {
+    shared
+        .pager
+        .is_present(page)
+        .map_err(|e| format!("looking at page {page}: {e}"))
 }
 
 fn wake(shared: &Shared, page: usize) -> Result<(), String> {

@@ -232,3 +232,32 @@ fn bad_arguments_are_errors() {
     assert!(region.write(4 * PAGE - 1, &[0, 0]).is_err());
     assert!(region.read(usize::MAX, &mut [0]).is_err());
 }
+
+#[test]
+#[expect(
+    unsafe_code,
+    reason = "drops a page behind the region's back, as a program's raw madvise may"
+)]
+fn a_page_dropped_behind_the_regions_back_reads_as_zeroes() {
+    let Some(mut region) = region_or_skip(32 * PAGE, config(16)) else {
+        return;
+    };
+    region.write(0, &page_of(1)).unwrap();
+    region.write(PAGE, &page_of(2)).unwrap();
+    // SAFETY: the region's own first page, which no Rust reference borrows now; anonymous
+    // memory dropped with MADV_DONTNEED reads as zeroes, which is what the region must give.
+    let rc = unsafe {
+        libc::madvise(
+            region.addr() as *mut libc::c_void,
+            PAGE,
+            libc::MADV_DONTNEED,
+        )
+    };
+    assert_eq!(rc, 0);
+    let mut buf = vec![1u8; PAGE];
+    region.read(0, &mut buf).unwrap();
+    assert!(buf.iter().all(|&b| b == 0));
+    region.read(PAGE, &mut buf).unwrap();
+    assert!(buf == page_of(2));
+    assert_eq!(region.stats().resident_pages, 2);
+}

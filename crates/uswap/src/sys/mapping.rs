@@ -339,6 +339,12 @@ impl Pager {
         Ok(present)
     }
 
+    /// Whether page `page` is in the mapping (`mincore`).
+    pub fn is_present(&self, page: usize) -> io::Result<bool> {
+        let (offset, _) = self.pages(page, 1)?;
+        Ok(self.present(offset, 1)?[0])
+    }
+
     /// Which pages from `offset` are present (`mincore`).
     fn present(&self, offset: usize, count: usize) -> io::Result<Vec<bool>> {
         let mut vec = vec![0u8; count];
