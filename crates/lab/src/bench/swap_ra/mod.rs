@@ -300,10 +300,14 @@ fn print(r: &Report) {
     for t in &r.tiers {
         row(format!("fault: {}", t.tier.name()), &t.latency, f64::NAN);
     }
-    println!("\nregion counters over the timed rounds (all threads); handler time per fault (us)");
     println!(
-        "{:<22} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7} {:>7}",
+        "\nfirst touches that took 2 us or more (measured threads); region counters over the \
+         timed rounds (all threads); handler time per fault (us)"
+    );
+    println!(
+        "{:<22} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7} {:>7}",
         "workload",
+        "waited",
         "pgfault",
         "majfault",
         "swap_ra",
@@ -315,9 +319,13 @@ fn print(r: &Report) {
         "h.p90",
         "h.p99"
     );
-    let counts = |name: String, c: &workload::Counts, f: &uswap::histogram::Summary| {
+    let counts = |name: String,
+                  waited: u64,
+                  c: &workload::Counts,
+                  f: &uswap::histogram::Summary| {
         println!(
-            "{name:<22} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8.2} {:>7.2} {:>7.2} {:>7.2}",
+            "{name:<22} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8.2} {:>7.2} {:>7.2} {:>7.2}",
+            waited,
             c.pgfault,
             c.pgmajfault,
             c.swap_ra,
@@ -333,6 +341,7 @@ fn print(r: &Report) {
     for run in &r.runs {
         counts(
             format!("{} ra {}", run.workload.name(), on_off(run.readahead)),
+            run.waited,
             &run.counts,
             &run.fault_latency,
         );
@@ -340,6 +349,7 @@ fn print(r: &Report) {
     for t in &r.tiers {
         counts(
             format!("fault: {}", t.tier.name()),
+            t.waited,
             &t.counts,
             &t.fault_latency,
         );

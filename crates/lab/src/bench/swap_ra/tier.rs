@@ -11,10 +11,10 @@ use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use serde::Serialize;
 use uswap::ReadaheadConfig;
-use uswap::histogram::{Histogram, Summary};
+use uswap::histogram::Summary;
 use zram::{IdleRequest, Mode, WritebackRequest};
 
-use super::workload::{Counts, PAGE, Settings, pattern, region};
+use super::workload::{Counts, PAGE, Settings, Touches, pattern, region};
 
 /// Where the faulted pages are served from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -45,6 +45,8 @@ pub struct TierRun {
     pub backing_dev: Option<PathBuf>,
     /// Program-observed latency of each access (one word written), all major faults.
     pub latency: Summary,
+    /// Of those, the accesses that took at least 2 us.
+    pub waited: u64,
     pub counts: Counts,
     /// The handler's own time per fault.
     pub fault_latency: Summary,
@@ -71,7 +73,7 @@ pub fn run(s: &Settings, tier: Tier, backing: Option<&Path>) -> anyhow::Result<T
     for p in 0..pages {
         region.write(p * PAGE, &pattern(p as u64))?;
     }
-    let hist = Histogram::new();
+    let hist = Touches::default();
     let mut rng = SmallRng::seed_from_u64(0x7135);
     let mut order: Vec<usize> = (0..pages).collect();
     let mut counts = Counts::default();
@@ -111,7 +113,8 @@ pub fn run(s: &Settings, tier: Tier, backing: Option<&Path>) -> anyhow::Result<T
         pages,
         rounds: s.rounds,
         backing_dev: backing.map(Path::to_path_buf),
-        latency: hist.snapshot().summary(),
+        latency: hist.hist.snapshot().summary(),
+        waited: hist.waited(),
         counts,
         fault_latency: after.fault_latency,
         written_back_pages,

@@ -2,7 +2,7 @@
 //! region, touching every page of it once per round (in order or in a random order), with
 //! CPU work on each page; the first touch of each page is timed as the program sees it.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -125,6 +125,9 @@ pub struct Run {
     pub seconds: f64,
     /// Program-observed latency of each page's first touch per round, measured workers.
     pub latency: Summary,
+    /// Of those, the touches that took at least [`WAITED`] (faults of any kind, pages still
+    /// being read ahead).
+    pub waited: u64,
     /// The same for the background workers (combined only; not a target).
     pub noise_latency: Option<Summary>,
     /// Region counters over the timed rounds (all workers).
@@ -202,6 +205,30 @@ pub fn fill(part: &mut Part<'_>, seed: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A first touch at least this long waited for something (a fault of any kind, a page
+/// still being read ahead, a write-protected page): a resident page takes well under 1 us.
+pub const WAITED: Duration = Duration::from_micros(2);
+
+/// Where first-touch latencies go: the histogram and how many waited.
+#[derive(Debug, Default)]
+pub struct Touches {
+    pub hist: Histogram,
+    pub waited: AtomicU64,
+}
+
+impl Touches {
+    pub fn record(&self, d: Duration) {
+        self.hist.record(d);
+        if d >= WAITED {
+            self.waited.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub fn waited(&self) -> u64 {
+        self.waited.load(Ordering::Relaxed)
+    }
+}
+
 /// The page order of one round.
 fn order(pages: usize, random: bool, rng: &mut SmallRng) -> Vec<usize> {
     let mut v: Vec<usize> = (0..pages).collect();
@@ -218,7 +245,7 @@ fn round(
     pages: &[usize],
     stamp: u64,
     work_us: u64,
-    hist: &Histogram,
+    hist: &Touches,
     stop: Option<&AtomicBool>,
 ) -> anyhow::Result<()> {
     let mut buf = vec![0u8; PAGE];
@@ -263,8 +290,8 @@ pub fn run(s: &Settings, w: Workload, ra: bool) -> anyhow::Result<Run> {
 
     let before = region.stats();
     region.reset_latency();
-    let hist = Histogram::new();
-    let noise_hist = Histogram::new();
+    let hist = Touches::default();
+    let noise_hist = Touches::default();
     let stop = AtomicBool::new(false);
     let start = Instant::now();
     let mut parts = region.parts_mut();
@@ -323,8 +350,9 @@ pub fn run(s: &Settings, w: Workload, ra: bool) -> anyhow::Result<Run> {
         noise_threads: noise,
         rounds: s.rounds,
         seconds,
-        latency: hist.snapshot().summary(),
-        noise_latency: (noise > 0).then(|| noise_hist.snapshot().summary()),
+        latency: hist.hist.snapshot().summary(),
+        waited: hist.waited(),
+        noise_latency: (noise > 0).then(|| noise_hist.hist.snapshot().summary()),
         counts: Counts::between(&before, &after),
         fault_latency: after.fault_latency,
         resident_pages: after.resident_pages,
