@@ -6,6 +6,7 @@ mod dedup;
 mod device;
 mod nbd;
 pub mod pool;
+mod swap_ra;
 pub mod untar;
 
 #[derive(Debug, clap::Args)]
@@ -32,6 +33,9 @@ enum What {
     /// Inline deduplication and folding: write speed with dedup off and on, memory with the
     /// file twice, and what a fold pass frees and costs.
     Dedup(Box<dedup::Args>),
+    /// Seed 002's readahead on a userfaultfd region (issue 14): sequential, random and
+    /// combined workloads with readahead on and off, and the fault latency of each tier.
+    Uswap(Box<swap_ra::Args>),
 }
 
 /// Runs the measurement `args` names.
@@ -42,6 +46,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         Some(What::Nbd(a)) => nbd::run(a),
         Some(What::Untar(a)) => untar::run(a),
         Some(What::Dedup(a)) => dedup::run(a),
+        Some(What::Uswap(a)) => swap_ra::run(a),
         None => device::run(&args.device),
     }
 }

@@ -1,0 +1,400 @@
+//! `zramd bench uswap`: seed 002's workloads (VMA-based swap readahead) on a
+//! `uswap::Region` (issue 14), with readahead on and off, and the fault latency of the
+//! compressed and written-back tiers.
+//!
+//! - **sequential**: `--threads` workers, each walking its own part of the region (its own
+//!   readahead window, as the seed's processes each have their own VMA) page by page;
+//! - **random**: the same, pages in a random order each round;
+//! - **combined**: sequential workers plus `--noise-threads` random workers on other parts of
+//!   the same region (same budget); latencies of the sequential workers only, as the seed's;
+//! - **fault**: one thread, no CPU work, readahead off, every page evicted before each round
+//!   (every access a major fault): from the compressed pool, then from a backing file after
+//!   `idle all` + `writeback idle`.
+//!
+//! The region is several times the resident budget; the first round writes every page (the
+//! region evicts as it goes), the `--rounds` after it are timed: each page's first touch in a
+//! round (one word written) is timed as the program sees it, then `--work-us` of CPU work is
+//! done on the page.
+
+mod tier;
+mod workload;
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use serde::Serialize;
+use zram::{Algorithm, Size};
+
+use tier::{Tier, TierRun};
+use workload::{Run, Settings, Workload};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Region size (K/M/G suffixes).
+    #[arg(long, default_value_t = Size(256 << 20))]
+    size: Size,
+    /// Resident budget (K/M/G suffixes).
+    #[arg(long, default_value_t = Size(64 << 20))]
+    budget: Size,
+    /// Timed rounds, after the untimed round that writes every page.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Measured worker threads (each on its own part of the region).
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Random background workers of the combined workload.
+    #[arg(long, default_value_t = 1)]
+    noise_threads: usize,
+    /// CPU work per page touched, microseconds (the seed's 24).
+    #[arg(long, default_value_t = 24)]
+    work_us: u64,
+    /// The device's compression algorithm.
+    #[arg(long, default_value_t = Algorithm::Lz4)]
+    algorithm: Algorithm,
+    /// `vma_ra_max_order` of the readahead-on runs (window of at most 2^N pages).
+    #[arg(long, default_value_t = uswap::readahead::DEFAULT_MAX_ORDER)]
+    max_order: u32,
+    /// Which workload to run.
+    #[arg(long, value_enum, default_value_t = Which::All)]
+    workload: Which,
+    /// Backing file of the written-back tier (default: a file in the temporary directory,
+    /// removed afterwards).
+    #[arg(long)]
+    backing_dev: Option<PathBuf>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Which {
+    Sequential,
+    Random,
+    Combined,
+    Fault,
+    All,
+}
+
+/// A target of issue 14 and whether this run meets it.
+#[derive(Debug, Serialize)]
+struct Target {
+    name: &'static str,
+    value: f64,
+    target: &'static str,
+    met: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    settings: Settings,
+    runs: Vec<Run>,
+    tiers: Vec<TierRun>,
+    targets: Vec<Target>,
+}
+
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    let s = Settings {
+        size: usize::try_from(args.size.bytes())?,
+        budget: usize::try_from(args.budget.bytes())?,
+        rounds: args.rounds,
+        threads: args.threads.max(1),
+        noise_threads: args.noise_threads,
+        work_us: args.work_us,
+        algorithm: args.algorithm,
+        max_order: args.max_order,
+    };
+    match measure(args, &s) {
+        Err(e) => match unavailable(&e) {
+            Some(why) => anyhow::bail!(
+                "zramd bench uswap needs userfaultfd, which this process cannot use: {why} \
+                 (run it as root, or allow unprivileged users with the sysctl \
+                 vm.unprivileged_userfaultfd=1)"
+            ),
+            None => Err(e),
+        },
+        Ok(report) => {
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print(&report);
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Why userfaultfd is unavailable, if that is what `e` says.
+fn unavailable(e: &anyhow::Error) -> Option<String> {
+    e.chain()
+        .find_map(|c| match c.downcast_ref::<uswap::Error>() {
+            Some(uswap::Error::Unavailable(why)) => Some(why.clone()),
+            _ => None,
+        })
+}
+
+fn measure(args: &Args, s: &Settings) -> anyhow::Result<Report> {
+    let workloads: &[Workload] = match args.workload {
+        Which::Sequential => &[Workload::Sequential],
+        Which::Random => &[Workload::Random],
+        Which::Combined => &[Workload::Combined],
+        Which::Fault => &[],
+        Which::All => &[Workload::Sequential, Workload::Random, Workload::Combined],
+    };
+    let mut runs = Vec::new();
+    for &w in workloads {
+        for ra in [true, false] {
+            if !args.json {
+                eprintln!("running {} with readahead {}", w.name(), on_off(ra));
+            }
+            runs.push(workload::run(s, w, ra)?);
+        }
+    }
+    let mut tiers = Vec::new();
+    if matches!(args.workload, Which::Fault | Which::All) {
+        if !args.json {
+            eprintln!("running the fault tiers");
+        }
+        tiers.push(tier::run(s, Tier::Compressed, None)?);
+        let (file, _remove) = match &args.backing_dev {
+            Some(f) => (f.clone(), None),
+            None => {
+                let f = std::env::temp_dir()
+                    .join(format!("zramd-bench-uswap-{}.img", std::process::id()));
+                std::fs::File::create(&f).with_context(|| format!("create {}", f.display()))?;
+                (f.clone(), Some(Remove(f)))
+            }
+        };
+        tiers.push(tier::run(s, Tier::WrittenBack, Some(&file))?);
+    }
+    let targets = targets(&runs, &tiers);
+    Ok(Report {
+        settings: s.clone(),
+        runs,
+        tiers,
+        targets,
+    })
+}
+
+fn on_off(ra: bool) -> &'static str {
+    if ra { "on" } else { "off" }
+}
+
+fn targets(runs: &[Run], tiers: &[TierRun]) -> Vec<Target> {
+    let get = |w: Workload, ra: bool| runs.iter().find(|r| r.workload == w && r.readahead == ra);
+    let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
+    let mut out = Vec::new();
+    if let (Some(on), Some(off)) = (
+        get(Workload::Sequential, true),
+        get(Workload::Sequential, false),
+    ) {
+        let v = ratio(on.latency.p90_us, off.latency.p90_us);
+        out.push(Target {
+            name: "sequential p90 on/off",
+            value: v,
+            target: "<= 0.1",
+            met: v <= 0.1,
+        });
+    }
+    if let (Some(on), Some(off)) = (get(Workload::Random, true), get(Workload::Random, false)) {
+        let p90 = ratio(on.latency.p90_us, off.latency.p90_us);
+        let avg = ratio(on.latency.avg_us, off.latency.avg_us);
+        out.push(Target {
+            name: "random p90 on/off",
+            value: p90,
+            target: "within 5% of 1",
+            met: (p90 - 1.0).abs() <= 0.05,
+        });
+        out.push(Target {
+            name: "random avg on/off",
+            value: avg,
+            target: "within 5% of 1",
+            met: (avg - 1.0).abs() <= 0.05,
+        });
+    }
+    if let (Some(on), Some(off)) = (
+        get(Workload::Combined, true),
+        get(Workload::Combined, false),
+    ) {
+        let v = ratio(on.latency.p90_us, off.latency.p90_us);
+        out.push(Target {
+            name: "combined p90 on/off",
+            value: v,
+            target: "<= 0.5",
+            met: v <= 0.5,
+        });
+    }
+    if let Some(t) = tiers.iter().find(|t| t.tier == Tier::Compressed) {
+        out.push(Target {
+            name: "compressed-tier fault p50 (us)",
+            value: t.latency.p50_us,
+            target: "<= 10",
+            met: t.latency.p50_us <= 10.0,
+        });
+        out.push(Target {
+            name: "compressed-tier fault p99 (us)",
+            value: t.latency.p99_us,
+            target: "<= 40",
+            met: t.latency.p99_us <= 40.0,
+        });
+    }
+    out
+}
+
+fn print(r: &Report) {
+    let s = &r.settings;
+    let mib = |b: usize| b as f64 / (1 << 20) as f64;
+    println!(
+        "region {:.0} MiB, budget {:.0} MiB, {} timed rounds after a writing round, {} \
+         measured threads (+{} random in combined), {} us of work per page, {}, \
+         vma_ra_max_order {}",
+        mib(s.size),
+        mib(s.budget),
+        s.rounds,
+        s.threads,
+        s.noise_threads,
+        s.work_us,
+        s.algorithm,
+        s.max_order
+    );
+    println!(
+        "\nprogram-observed latency of each page's first touch per round (us), measured threads"
+    );
+    println!(
+        "{:<22} {:>9} {:>8} {:>9} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7}",
+        "workload",
+        "samples",
+        "avg",
+        "max",
+        "p50",
+        "p60",
+        "p70",
+        "p80",
+        "p90",
+        "p95",
+        "p99",
+        "secs"
+    );
+    let row = |name: String, l: &uswap::histogram::Summary, secs: f64| {
+        println!(
+            "{name:<22} {:>9} {:>8.2} {:>9.1} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.1}",
+            l.samples,
+            l.avg_us,
+            l.max_us,
+            l.p50_us,
+            l.p60_us,
+            l.p70_us,
+            l.p80_us,
+            l.p90_us,
+            l.p95_us,
+            l.p99_us,
+            secs
+        );
+    };
+    for run in &r.runs {
+        row(
+            format!("{} ra {}", run.workload.name(), on_off(run.readahead)),
+            &run.latency,
+            run.seconds,
+        );
+    }
+    for t in &r.tiers {
+        row(format!("fault: {}", t.tier.name()), &t.latency, f64::NAN);
+    }
+    println!(
+        "\nfirst touches that took 2 us or more (measured threads); region counters over the \
+         timed rounds (all threads); handler time per fault (us)"
+    );
+    println!(
+        "{:<22} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7} {:>7}",
+        "workload",
+        "waited",
+        "pgfault",
+        "majfault",
+        "swap_ra",
+        "ra_hit",
+        "pswpin",
+        "pswpout",
+        "h.avg",
+        "h.p50",
+        "h.p90",
+        "h.p99"
+    );
+    let counts = |name: String,
+                  waited: u64,
+                  c: &workload::Counts,
+                  f: &uswap::histogram::Summary| {
+        println!(
+            "{name:<22} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8.2} {:>7.2} {:>7.2} {:>7.2}",
+            waited,
+            c.pgfault,
+            c.pgmajfault,
+            c.swap_ra,
+            c.swap_ra_hit,
+            c.pswpin,
+            c.pswpout,
+            f.avg_us,
+            f.p50_us,
+            f.p90_us,
+            f.p99_us
+        );
+    };
+    for run in &r.runs {
+        counts(
+            format!("{} ra {}", run.workload.name(), on_off(run.readahead)),
+            run.waited,
+            &run.counts,
+            &run.fault_latency,
+        );
+    }
+    for t in &r.tiers {
+        counts(
+            format!("fault: {}", t.tier.name()),
+            t.waited,
+            &t.counts,
+            &t.fault_latency,
+        );
+    }
+    for run in &r.runs {
+        if let Some(n) = &run.noise_latency {
+            println!(
+                "\n{} ra {}: {} random background samples, avg {:.2} us, p90 {:.2} us (not a target)",
+                run.workload.name(),
+                on_off(run.readahead),
+                n.samples,
+                n.avg_us,
+                n.p90_us
+            );
+        }
+    }
+    for t in &r.tiers {
+        if t.tier == Tier::WrittenBack {
+            println!(
+                "\nwritten-back tier: {} pages written back in all, {} read back from {}",
+                t.written_back_pages,
+                t.bd_reads,
+                t.backing_dev
+                    .as_ref()
+                    .map_or_else(String::new, |p| p.display().to_string())
+            );
+        }
+    }
+    println!("\nissue 14's targets (information, not assertions)");
+    for t in &r.targets {
+        println!(
+            "  {:<32} {:>8.3}  target {:<15} {}",
+            t.name,
+            t.value,
+            t.target,
+            if t.met { "met" } else { "NOT met" }
+        );
+    }
+}
+
+/// Removes the temporary backing file when the bench ends, however it ends.
+struct Remove(PathBuf);
+
+impl Drop for Remove {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}

@@ -1,0 +1,139 @@
+//! The fault latency of a tier: random access with readahead off, every page evicted before
+//! each round so that every access is a major fault, served from the compressed pool or,
+//! after `writeback idle`, from the backing file through zram.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::Context as _;
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+use rand::seq::SliceRandom;
+use serde::Serialize;
+use uswap::ReadaheadConfig;
+use uswap::histogram::Summary;
+use zram::{IdleRequest, Mode, WritebackRequest};
+
+use super::workload::{Counts, PAGE, Settings, Touches, pattern, region};
+
+/// Where the faulted pages are served from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tier {
+    /// The compressed pool.
+    Compressed,
+    /// The backing file, through zram.
+    WrittenBack,
+}
+
+impl Tier {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Compressed => "compressed",
+            Self::WrittenBack => "written back",
+        }
+    }
+}
+
+/// One tier's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct TierRun {
+    pub tier: Tier,
+    pub pages: usize,
+    pub rounds: usize,
+    /// The backing file (written-back tier).
+    pub backing_dev: Option<PathBuf>,
+    /// Program-observed latency of each access (one word written), all major faults.
+    pub latency: Summary,
+    /// Of those, the accesses that took at least 2 us.
+    pub waited: u64,
+    pub counts: Counts,
+    /// The handler's own time per fault.
+    pub fault_latency: Summary,
+    /// Pages written to the backing file before the timed rounds, in all.
+    pub written_back_pages: u64,
+    /// Pages read back from the backing file during the timed rounds (`bd_stat`).
+    pub bd_reads: u64,
+}
+
+/// Runs one tier: one thread, no CPU work (the figure is the fault alone).
+pub fn run(s: &Settings, tier: Tier, backing: Option<&Path>) -> anyhow::Result<TierRun> {
+    let mut device = s.device();
+    if tier == Tier::WrittenBack {
+        device.backing_dev = Some(
+            backing
+                .context("the written-back tier needs a file")?
+                .into(),
+        );
+        // Every fault reads its own page from the file: no read-back cache of neighbours.
+        device.readback_readahead = false;
+    }
+    let mut region = region(s, 1, ReadaheadConfig::new(false, s.max_order), device)?;
+    let pages = region.len() / PAGE;
+    for p in 0..pages {
+        region.write(p * PAGE, &pattern(p as u64))?;
+    }
+    let hist = Touches::default();
+    let mut rng = SmallRng::seed_from_u64(0x7135);
+    let mut order: Vec<usize> = (0..pages).collect();
+    let mut counts = Counts::default();
+    let mut written_back_pages = 0;
+    let mut bd_reads = 0;
+    for r in 1..=s.rounds {
+        evict_all(&region)?;
+        if tier == Tier::WrittenBack {
+            region.device().mark_idle(IdleRequest::All);
+            let rep = region
+                .device()
+                .writeback(&WritebackRequest::mode(Mode::Idle))
+                .context("writeback")?;
+            written_back_pages += rep.pages;
+        }
+        let before = region.stats();
+        let bd_before = region.device().bd_stat().bd_reads;
+        if r == 1 {
+            region.reset_latency();
+        }
+        order.shuffle(&mut rng);
+        for &p in &order {
+            let t = Instant::now();
+            region.write(p * PAGE + 8, &(r as u64).to_le_bytes())?;
+            hist.record(t.elapsed());
+        }
+        let after = region.stats();
+        counts += Counts::between(&before, &after);
+        bd_reads += region.device().bd_stat().bd_reads - bd_before;
+    }
+    let after = region.stats();
+    if let Some(f) = &after.failed {
+        anyhow::bail!("the region failed: {f}");
+    }
+    Ok(TierRun {
+        tier,
+        pages,
+        rounds: s.rounds,
+        backing_dev: backing.map(Path::to_path_buf),
+        latency: hist.hist.snapshot().summary(),
+        waited: hist.waited(),
+        counts,
+        fault_latency: after.fault_latency,
+        written_back_pages,
+        bd_reads,
+    })
+}
+
+/// Evicts every resident page. `Region::evict_oldest` stops early when the background
+/// evictor holds the oldest pages at that moment, so it is asked again until none is left.
+fn evict_all(region: &uswap::Region) -> anyhow::Result<()> {
+    for _ in 0..1000 {
+        let resident = region.stats().resident_pages;
+        if resident == 0 {
+            return Ok(());
+        }
+        if region.evict_oldest(resident as usize)? == 0 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+    let resident = region.stats().resident_pages;
+    anyhow::bail!("{resident} pages stayed resident after evicting every page")
+}

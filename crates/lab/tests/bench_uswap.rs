@@ -1,0 +1,107 @@
+//! `zramd-lab bench uswap` on a tiny region, once: its JSON has every workload with
+//! readahead on and off, both fault tiers and the targets, and the counts that follow from
+//! the workloads' definitions hold. Structure only: no latency is asserted.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+#[test]
+fn bench_uswap_reports_every_workload_and_tier() {
+    let out = Command::new(env!("CARGO_BIN_EXE_zramd-lab"))
+        .args([
+            "bench",
+            "uswap",
+            "--size",
+            "8M",
+            "--budget",
+            "2M",
+            "--rounds",
+            "2",
+            "--work-us",
+            "1",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    if !out.status.success() && stderr.contains("needs userfaultfd") {
+        eprintln!("SKIPPED: {}", stderr.trim());
+        return;
+    }
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let r: Value = serde_json::from_str(&stdout).expect("one JSON object");
+    let s = &r["settings"];
+    assert_eq!(s["rounds"], 2);
+    assert_eq!(s["threads"], 2);
+    assert_eq!(s["noise_threads"], 1);
+
+    let runs = r["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 6, "{r}");
+    for w in ["sequential", "random", "combined"] {
+        for ra in [true, false] {
+            let run = runs
+                .iter()
+                .find(|x| x["workload"] == w && x["readahead"] == ra)
+                .unwrap_or_else(|| panic!("{w} readahead {ra} missing: {r}"));
+            let pages = run["pages_per_thread"].as_u64().unwrap();
+            let threads = run["measured_threads"].as_u64().unwrap();
+            assert_eq!(threads, 2, "{run}");
+            assert_eq!(run["noise_threads"], u64::from(w == "combined"), "{run}");
+            let l = &run["latency"];
+            assert_eq!(l["samples"].as_u64(), Some(pages * threads * 2), "{run}");
+            for key in ["avg_us", "max_us", "p50_us", "p90_us", "p99_us"] {
+                assert!(l[key].as_f64().is_some_and(f64::is_finite), "{key}: {run}");
+            }
+            assert_eq!(run["noise_latency"].is_object(), w == "combined", "{run}");
+            let c = &run["counts"];
+            // A region four times its budget, every page touched per round: faults.
+            assert!(c["pgmajfault"].as_u64() > Some(0), "{run}");
+            assert!(c["pswpin"].as_u64() > Some(0), "{run}");
+            assert!(run["fault_latency"]["samples"].as_u64() > Some(0), "{run}");
+            if !ra {
+                assert_eq!(c["swap_ra"], 0, "{run}");
+                assert_eq!(c["swap_ra_hit"], 0, "{run}");
+                assert_eq!(c["pswpin"], c["pgmajfault"], "{run}");
+            }
+        }
+    }
+    let seq_on = runs
+        .iter()
+        .find(|x| x["workload"] == "sequential" && x["readahead"] == true)
+        .unwrap();
+    assert!(seq_on["counts"]["swap_ra"].as_u64() > Some(0), "{seq_on}");
+
+    let tiers = r["tiers"].as_array().expect("tiers");
+    assert_eq!(tiers.len(), 2, "{r}");
+    for (t, name) in tiers.iter().zip(["compressed", "written_back"]) {
+        assert_eq!(t["tier"], name, "{t}");
+        let accesses = t["pages"].as_u64().unwrap() * 2;
+        // Every page evicted before each round, readahead off: every access a major fault.
+        assert_eq!(t["latency"]["samples"].as_u64(), Some(accesses), "{t}");
+        assert_eq!(t["counts"]["pgmajfault"].as_u64(), Some(accesses), "{t}");
+        assert_eq!(t["counts"]["swap_ra"], 0, "{t}");
+    }
+    assert!(tiers[1]["written_back_pages"].as_u64() > Some(0), "{r}");
+    assert!(tiers[1]["bd_reads"].as_u64() > Some(0), "{r}");
+
+    let names: Vec<&str> = r["targets"]
+        .as_array()
+        .expect("targets")
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    for want in [
+        "sequential p90 on/off",
+        "random p90 on/off",
+        "random avg on/off",
+        "combined p90 on/off",
+        "compressed-tier fault p50 (us)",
+        "compressed-tier fault p99 (us)",
+    ] {
+        assert!(names.contains(&want), "{want}: {names:?}");
+    }
+}
