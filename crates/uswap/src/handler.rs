@@ -113,7 +113,10 @@ fn serve(shared: &Shared, fault: Fault, buf: &mut [u8]) -> Result<(), String> {
                     Counters::bump(&c.swap_ra_hit);
                 }
                 drop(t);
-                return wake(shared, page);
+                Counters::bump(&c.pgfault);
+                let res = wake(shared, page);
+                shared.latency.record(start.elapsed());
+                return res;
             }
             Page::Untouched => {
                 t.take_for_fill(page);
@@ -145,11 +148,13 @@ fn serve(shared: &Shared, fault: Fault, buf: &mut [u8]) -> Result<(), String> {
                 Counters::bump(&c.pgmajfault);
                 Counters::add(&c.swap_ra_hit, used);
                 restore(shared, page, buf)?;
-                settle(shared, page, Page::Resident);
                 shared.latency.record(start.elapsed());
+                free_slot(shared, page)?;
+                settle(shared, page, Page::Resident);
                 for p in ahead {
                     Counters::bump(&c.swap_ra);
                     restore(shared, p, buf)?;
+                    free_slot(shared, p)?;
                     settle(shared, p, Page::ReadAhead);
                 }
                 evict::after_fill(shared);
@@ -195,7 +200,7 @@ fn wake(shared: &Shared, page: usize) -> Result<(), String> {
         .map_err(|e| format!("waking page {page}: {e}"))
 }
 
-/// Reads an evicted page back from the device, maps it, and frees its slot.
+/// Reads an evicted page back from the device and maps it (the program wakes here).
 fn restore(shared: &Shared, page: usize, buf: &mut [u8]) -> Result<(), String> {
     let offset = (page * PAGE_SIZE) as u64;
     shared
@@ -206,8 +211,13 @@ fn restore(shared: &Shared, page: usize, buf: &mut [u8]) -> Result<(), String> {
         return Err(format!("UFFDIO_COPY of page {page}: injected failure"));
     }
     Counters::bump(&shared.counters.pswpin);
-    fill(shared, page, Some(buf))?;
-    // The page is in the mapping again: its stored copy would go stale at the next write.
+    fill(shared, page, Some(buf))
+}
+
+/// Frees a restored page's slot: its stored copy would go stale at the next write. Done
+/// while the page is still busy, so no eviction can have stored it anew.
+fn free_slot(shared: &Shared, page: usize) -> Result<(), String> {
+    let offset = (page * PAGE_SIZE) as u64;
     shared
         .zram
         .discard(offset, PAGE_SIZE as u64)

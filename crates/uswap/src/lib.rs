@@ -32,5 +32,5 @@ mod table;
 pub use config::{DEFAULT_HANDLERS, FailPoint, MIN_RESIDENT_PAGES, RegionConfig};
 pub use error::{Error, Result};
 pub use readahead::{Direction, PageState, Plan, ReadaheadConfig, ReadaheadStats, Window};
-pub use region::{Part, Region};
+pub use region::{Monitor, Part, Region};
 pub use stats::RegionStats;

@@ -12,7 +12,7 @@ use crate::evict;
 use crate::handler;
 use crate::readahead::ReadaheadConfig;
 use crate::shared::{EVICT_BATCH, Shared};
-use crate::stats::{Counters, RegionStats};
+use crate::stats::RegionStats;
 use crate::sys::{Mapping, PAGE_SIZE, Span, Uffd};
 use crate::table::Table;
 
@@ -167,6 +167,14 @@ impl Region {
             .collect()
     }
 
+    /// A handle on the region's figures and settings that borrows nothing: usable while
+    /// [`Part`]s are out, from any thread.
+    pub fn monitor(&self) -> Monitor {
+        Monitor {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
     /// The zram device holding the evicted pages (`mm_stat`, `io_stat`, writeback, ...).
     pub fn device(&self) -> &Zram {
         &self.shared.zram
@@ -174,13 +182,13 @@ impl Region {
 
     /// The readahead settings in force.
     pub fn readahead(&self) -> ReadaheadConfig {
-        self.shared.table.lock().readahead
+        self.shared.readahead()
     }
 
     /// Changes the readahead settings (the kernel's `vma_ra_enabled`, `vma_ra_max_order`);
     /// windows keep their state, as the kernel's do.
     pub fn set_readahead(&self, cfg: ReadaheadConfig) {
-        self.shared.table.lock().readahead = ReadaheadConfig::new(cfg.enabled, cfg.max_order);
+        self.shared.set_readahead(cfg);
     }
 
     /// Evicts up to `n` of the oldest resident pages now, in the calling thread, whatever
@@ -194,8 +202,19 @@ impl Region {
                 Error::Failed(e)
             })?;
             done += round.evicted;
-            if round.refused || round.taken == 0 {
+            if round.refused {
                 break;
+            }
+            if round.taken == 0 {
+                // Nothing to take now: either nothing is resident, or what is is on its
+                // way (the evictor or a handler has it): wait for it to settle.
+                let s = &*self.shared;
+                let mut t = s.table.lock();
+                if t.resident() == 0 || s.failed() {
+                    break;
+                }
+                s.moved
+                    .wait_for(&mut t, std::time::Duration::from_millis(10));
             }
         }
         Ok(done)
@@ -238,39 +257,47 @@ impl Region {
 
     /// The region's figures now.
     pub fn stats(&self) -> RegionStats {
-        let s = &*self.shared;
-        let c = &s.counters;
-        let (resident, evicted, ra) = {
-            let t = s.table.lock();
-            (t.resident(), t.evicted(), t.readahead)
-        };
-        RegionStats {
-            len: self.len() as u64,
-            budget_pages: s.budget as u64,
-            resident_pages: resident as u64,
-            evicted_pages: evicted as u64,
-            pswpin: Counters::get(&c.pswpin),
-            pswpout: Counters::get(&c.pswpout),
-            swap_ra: Counters::get(&c.swap_ra),
-            swap_ra_hit: Counters::get(&c.swap_ra_hit),
-            pgfault: Counters::get(&c.pgfault),
-            pgmajfault: Counters::get(&c.pgmajfault),
-            zero_fills: Counters::get(&c.zero_fills),
-            first_touch: Counters::get(&c.first_touch),
-            wp_faults: Counters::get(&c.wp_faults),
-            evict_failed: Counters::get(&c.evict_failed),
-            evict_cancelled: Counters::get(&c.evict_cancelled),
-            vma_ra_enabled: ra.enabled,
-            vma_ra_max_order: ra.effective_max_order(),
-            fault_latency: s.latency.snapshot().summary(),
-            mm_stat: s.zram.mm_stat().format(),
-            failed: self.failure(),
-        }
+        self.shared.stats()
     }
 
     /// Starts the fault latency figures afresh.
     pub fn reset_latency(&self) {
         self.shared.latency.reset();
+    }
+}
+
+/// A region's figures and settings without the region: see [`Region::monitor`]. While one
+/// lives, the region's device (and, after the region is dropped, its address range, made
+/// inaccessible) stay allocated.
+#[derive(Debug, Clone)]
+pub struct Monitor {
+    shared: Arc<Shared>,
+}
+
+impl Monitor {
+    /// The region's figures now.
+    pub fn stats(&self) -> RegionStats {
+        self.shared.stats()
+    }
+
+    /// Starts the fault latency figures afresh.
+    pub fn reset_latency(&self) {
+        self.shared.latency.reset();
+    }
+
+    /// The readahead settings in force.
+    pub fn readahead(&self) -> ReadaheadConfig {
+        self.shared.readahead()
+    }
+
+    /// Changes the readahead settings, as [`Region::set_readahead`].
+    pub fn set_readahead(&self, cfg: ReadaheadConfig) {
+        self.shared.set_readahead(cfg);
+    }
+
+    /// The region's zram device.
+    pub fn device(&self) -> &Zram {
+        &self.shared.zram
     }
 }
 
@@ -283,6 +310,10 @@ impl Drop for Region {
         self.shared.moved.notify_all();
         for t in self.threads.drain(..) {
             let _ = t.join();
+        }
+        // A monitor may keep the mapping alive: nobody may touch it any more.
+        if Arc::strong_count(&self.shared) > 1 {
+            let _ = self.shared.pager.poison();
         }
     }
 }

@@ -9,7 +9,8 @@ use zram::Zram;
 
 use crate::config::FailPoint;
 use crate::histogram::Histogram;
-use crate::stats::Counters;
+use crate::readahead::ReadaheadConfig;
+use crate::stats::{Counters, RegionStats};
 use crate::sys::{PAGE_SIZE, Pager, Uffd};
 use crate::table::Table;
 
@@ -91,6 +92,45 @@ impl Shared {
 
     pub fn stopping(&self) -> bool {
         self.stop.load(Ordering::Acquire) || self.failed()
+    }
+
+    pub fn readahead(&self) -> ReadaheadConfig {
+        self.table.lock().readahead
+    }
+
+    pub fn set_readahead(&self, cfg: ReadaheadConfig) {
+        self.table.lock().readahead = ReadaheadConfig::new(cfg.enabled, cfg.max_order);
+    }
+
+    /// The region's figures now.
+    pub fn stats(&self) -> RegionStats {
+        let c = &self.counters;
+        let (resident, evicted, ra) = {
+            let t = self.table.lock();
+            (t.resident(), t.evicted(), t.readahead)
+        };
+        RegionStats {
+            len: self.pager.len() as u64,
+            budget_pages: self.budget as u64,
+            resident_pages: resident as u64,
+            evicted_pages: evicted as u64,
+            pswpin: Counters::get(&c.pswpin),
+            pswpout: Counters::get(&c.pswpout),
+            swap_ra: Counters::get(&c.swap_ra),
+            swap_ra_hit: Counters::get(&c.swap_ra_hit),
+            pgfault: Counters::get(&c.pgfault),
+            pgmajfault: Counters::get(&c.pgmajfault),
+            zero_fills: Counters::get(&c.zero_fills),
+            first_touch: Counters::get(&c.first_touch),
+            wp_faults: Counters::get(&c.wp_faults),
+            evict_failed: Counters::get(&c.evict_failed),
+            evict_cancelled: Counters::get(&c.evict_cancelled),
+            vma_ra_enabled: ra.enabled,
+            vma_ra_max_order: ra.effective_max_order(),
+            fault_latency: self.latency.snapshot().summary(),
+            mm_stat: self.zram.mm_stat().format(),
+            failed: if self.failed() { self.failure() } else { None },
+        }
     }
 
     /// Tears the region down after a failure the handler cannot recover from: the memory

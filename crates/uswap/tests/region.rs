@@ -66,6 +66,7 @@ fn parts_are_served_from_their_own_threads() {
     let Some(mut region) = region_or_skip(pages * PAGE, cfg) else {
         return;
     };
+    let monitor = region.monitor();
     let mut parts = region.parts_mut();
     assert_eq!(parts.len(), 4);
     std::thread::scope(|s| {
@@ -86,6 +87,8 @@ fn parts_are_served_from_their_own_threads() {
             });
         }
     });
+    // The monitor reads the figures while the parts are still out.
+    assert!(monitor.stats().pswpout > 0);
     drop(parts);
     let s = region.stats();
     eprintln!("{}", s.format());

@@ -71,20 +71,34 @@ impl Compactor {
         Self { signal, thread }
     }
 
-    /// Asks the thread to look now.
+    /// Asks the thread to look now (or, if it looked less than [`MIN_GAP`] ago, then).
+    /// Cheap when it is already asked: no wake-up per free.
     pub fn nudge(&self) {
         let (m, cv) = &*self.signal;
-        m.lock().nudged = true;
-        cv.notify_one();
+        let mut s = m.lock();
+        if !s.nudged {
+            s.nudged = true;
+            cv.notify_one();
+        }
     }
 }
+
+/// The least time between two looks, however many frees nudge: a device freeing slots at
+/// a high rate (a uswap region frees one per fault) wakes the thread at most this often.
+pub const MIN_GAP: Duration = Duration::from_millis(10);
 
 fn run(pool: &dyn Backend, policy: AutoCompact, signal: &(Mutex<Signal>, Condvar)) {
     let (m, cv) = signal;
     let mut last_total = usize::MAX;
+    let mut looked = std::time::Instant::now();
     loop {
         {
             let mut s = m.lock();
+            // Nudges wait for the gap; only stopping cuts it short.
+            let gap_end = looked + MIN_GAP.min(policy.interval);
+            while !s.stop && std::time::Instant::now() < gap_end {
+                cv.wait_until(&mut s, gap_end);
+            }
             if !s.nudged && !s.stop {
                 cv.wait_for(&mut s, policy.interval);
             }
@@ -93,6 +107,7 @@ fn run(pool: &dyn Backend, policy: AutoCompact, signal: &(Mutex<Signal>, Condvar
             }
             s.nudged = false;
         }
+        looked = std::time::Instant::now();
         let total = pool.total_pages();
         let quiet = total <= last_total;
         last_total = total;
