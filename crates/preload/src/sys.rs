@@ -16,6 +16,12 @@
 //! - Region memory is never unmapped or remapped here: partial `munmap`s only discard and
 //!   `mprotect(PROT_NONE)` pages inside a region; a `MAP_FIXED` `mmap` or an `mremap`
 //!   touching a region fails with `ENOMEM` before the kernel sees it.
+//! - Calls made by the shim's own code come back here too: inside this library, the
+//!   allocator's `libc::mmap` (zsmalloc's arenas), `munmap` and `madvise` bind to these
+//!   definitions. They go straight to the real functions, never to the registry: a call
+//!   is the shim's own when this thread is inside the shim (a [`Reentry`] is held) or is
+//!   one of the threads regions, devices and the control socket start (named `uswap-…` or
+//!   `zram-…`; a program thread named so is taken for one, and its calls pass through).
 //! - No lock of the registry is held while calling into code that may come back here
 //!   (making or dropping a region starts or joins threads, whose signal stacks Rust maps
 //!   with `mmap`): see `registry`. Functions called before the constructor ran (another
@@ -25,6 +31,7 @@
 //! - The stats descriptor is only written to (never closed or taken over), and only by
 //!   the process that read the settings, not a forked child (which has no regions).
 
+use std::cell::Cell;
 use std::ffi::{CStr, c_int, c_void};
 use std::os::unix::fs::PermissionsExt as _;
 use std::os::unix::net::UnixListener;
@@ -49,6 +56,53 @@ static REAL_MREMAP: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
 
 /// The process that read the settings (a forked child is another, and reports nothing).
 static OWNER: AtomicU32 = AtomicU32::new(0);
+
+thread_local! {
+    /// This thread is inside the shim's own code now.
+    static INSIDE: Cell<bool> = const { Cell::new(false) };
+    /// Whose thread this is: 0 not known yet, 1 the program's, 2 the shim's.
+    static THREAD: Cell<u8> = const { Cell::new(0) };
+}
+
+/// Is this one of the threads the shim's regions, devices or control socket started?
+fn shim_thread() -> bool {
+    let known = THREAD.with(Cell::get);
+    if known != 0 {
+        return known == 2;
+    }
+    let mut name = [0u8; 17];
+    // SAFETY: PR_GET_NAME writes at most 16 bytes, NUL included, into the buffer.
+    let rc = unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) };
+    let ours = rc == 0 && (name.starts_with(b"uswap-") || name.starts_with(b"zram-"));
+    THREAD.with(|t| t.set(if ours { 2 } else { 1 }));
+    ours
+}
+
+/// Marks this thread as inside the shim until dropped, so that the calls the shim's code
+/// makes pass straight through.
+struct Reentry(bool);
+
+impl Reentry {
+    fn enter() -> Self {
+        Self(INSIDE.with(|i| i.replace(true)))
+    }
+}
+
+impl Drop for Reentry {
+    fn drop(&mut self) {
+        INSIDE.with(|i| i.set(self.0));
+    }
+}
+
+/// The shim, for a call made by the program (`None`: pass it through), and the mark that
+/// this thread is inside the shim while it handles the call.
+fn shim_for_program() -> Option<(&'static registry::Shim, Reentry)> {
+    let shim = registry::active()?;
+    if INSIDE.with(Cell::get) || shim_thread() {
+        return None;
+    }
+    Some((shim, Reentry::enter()))
+}
 
 /// The next definition of `name` after this library's (libc's), cached in `slot`; null if
 /// there is none.
@@ -116,7 +170,7 @@ fn map(
     args: (*mut c_void, size_t, c_int, c_int, c_int, off_t),
 ) -> *mut c_void {
     let (addr, len, prot, flags, fd, _) = args;
-    if let Some(shim) = registry::active() {
+    if let Some((shim, _inside)) = shim_for_program() {
         if shim.wants(addr.is_null(), len, prot, flags, fd) {
             if let Some(p) = shim.serve(len) {
                 return p.cast();
@@ -187,8 +241,8 @@ fn apply(plan: &Plan, f: impl Fn(usize, usize) -> c_int) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
     let a = addr as usize;
-    let Some(shim) =
-        registry::active().filter(|_| a.is_multiple_of(uswap::sys::PAGE_SIZE) && len > 0)
+    let Some((shim, _inside)) =
+        shim_for_program().filter(|_| a.is_multiple_of(uswap::sys::PAGE_SIZE) && len > 0)
     else {
         return real_munmap(a, len);
     };
@@ -212,7 +266,9 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn madvise(addr: *mut c_void, len: size_t, advice: c_int) -> c_int {
     let a = addr as usize;
-    let Some(shim) = registry::active().filter(|_| a.is_multiple_of(uswap::sys::PAGE_SIZE)) else {
+    let Some((shim, _inside)) =
+        shim_for_program().filter(|_| a.is_multiple_of(uswap::sys::PAGE_SIZE))
+    else {
         return real_madvise(a, len, advice);
     };
     let discards = matches!(
@@ -237,7 +293,7 @@ pub unsafe extern "C" fn mremap(
     flags: c_int,
     new_address: *mut c_void,
 ) -> *mut c_void {
-    if let Some(shim) = registry::active() {
+    if let Some((shim, _inside)) = shim_for_program() {
         let fixed = flags & libc::MREMAP_FIXED != 0;
         if shim.overlaps(old as usize, old_len.max(1))
             || (fixed && shim.overlaps(new_address as usize, new_len.max(1)))
@@ -280,6 +336,7 @@ extern "C" fn at_exit() {
     if OWNER.load(Ordering::Relaxed) != pid {
         return;
     }
+    let _inside = Reentry::enter();
     if let Some(fd) = shim.settings().stats_fd {
         write_fd(fd, &shim.report(pid).line());
     }
@@ -333,6 +390,7 @@ extern "C" fn init() {
             return;
         }
     };
+    let _inside = Reentry::enter();
     OWNER.store(std::process::id(), Ordering::Relaxed);
     let shim = registry::init(settings);
     // SAFETY: registers a function of this library, which stays loaded until exit.
