@@ -28,14 +28,16 @@
 //!   library's constructor) find the shim off and pass everything through.
 //! - Function pointers from `dlsym` are stored only when non-null and are transmuted to
 //!   the prototype of the symbol looked up.
-//! - The stats descriptor is only written to (never closed or taken over), and only by
-//!   the process that read the settings, not a forked child (which has no regions).
+//! - The inherited stats descriptor is used only if it is a pipe, through a close-on-exec
+//!   copy made at load time, so the figures never go to a file the program opened under
+//!   the same number later; it is written only by the process that read the settings,
+//!   not a forked child (which has no regions and whose calls all pass through).
 
 use std::cell::Cell;
 use std::ffi::{CStr, c_int, c_void};
 use std::os::unix::fs::PermissionsExt as _;
 use std::os::unix::net::UnixListener;
-use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, Ordering};
 
 use libc::{off_t, size_t};
 
@@ -56,25 +58,29 @@ static REAL_MREMAP: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
 
 /// The process that read the settings (a forked child is another, and reports nothing).
 static OWNER: AtomicU32 = AtomicU32::new(0);
+/// This library's own copy of the stats descriptor (close-on-exec; -1: none).
+static STATS_FD: AtomicI32 = AtomicI32::new(-1);
 
 thread_local! {
     /// This thread is inside the shim's own code now.
     static INSIDE: Cell<bool> = const { Cell::new(false) };
-    /// Whose thread this is: 0 not known yet, 1 the program's, 2 the shim's.
+    /// 2 once this thread is known to be one of the shim's.
     static THREAD: Cell<u8> = const { Cell::new(0) };
 }
 
-/// Is this one of the threads the shim's regions, devices or control socket started?
+/// Is this one of the threads the shim's regions, devices or control socket started? Only a
+/// yes is remembered: a thread's first call may come before it has its name.
 fn shim_thread() -> bool {
-    let known = THREAD.with(Cell::get);
-    if known != 0 {
-        return known == 2;
+    if THREAD.with(Cell::get) == 2 {
+        return true;
     }
     let mut name = [0u8; 17];
     // SAFETY: PR_GET_NAME writes at most 16 bytes, NUL included, into the buffer.
     let rc = unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) };
     let ours = rc == 0 && (name.starts_with(b"uswap-") || name.starts_with(b"zram-"));
-    THREAD.with(|t| t.set(if ours { 2 } else { 1 }));
+    if ours {
+        THREAD.with(|t| t.set(2));
+    }
     ours
 }
 
@@ -95,10 +101,14 @@ impl Drop for Reentry {
 }
 
 /// The shim, for a call made by the program (`None`: pass it through), and the mark that
-/// this thread is inside the shim while it handles the call.
+/// this thread is inside the shim while it handles the call. A forked child (no exec) is
+/// not served: its copy of the registry names regions it has no mapping or threads of.
 fn shim_for_program() -> Option<(&'static registry::Shim, Reentry)> {
     let shim = registry::active()?;
-    if INSIDE.with(Cell::get) || shim_thread() {
+    if INSIDE.with(Cell::get)
+        || shim_thread()
+        || std::process::id() != OWNER.load(Ordering::Relaxed)
+    {
         return None;
     }
     Some((shim, Reentry::enter()))
@@ -337,8 +347,25 @@ extern "C" fn at_exit() {
         return;
     }
     let _inside = Reentry::enter();
-    if let Some(fd) = shim.settings().stats_fd {
+    let fd = STATS_FD.load(Ordering::Relaxed);
+    if fd >= 0 {
         write_fd(fd, &shim.report(pid).line());
+    }
+}
+
+/// A close-on-exec copy of the inherited stats descriptor `fd`, if it is a pipe: the
+/// program may close or reuse `fd` itself (the figures must never land in one of its
+/// files), and the original stays open for the programs it starts.
+fn private_stats_fd(fd: c_int) -> Option<c_int> {
+    // SAFETY: `fstat` fills a local structure; `fcntl(F_DUPFD_CLOEXEC)` makes a new
+    // descriptor this library owns and never closes.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd, &mut st) != 0 || st.st_mode & libc::S_IFMT != libc::S_IFIFO {
+            return None;
+        }
+        let copy = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3);
+        (copy >= 0).then_some(copy)
     }
 }
 
@@ -392,6 +419,9 @@ extern "C" fn init() {
     };
     let _inside = Reentry::enter();
     OWNER.store(std::process::id(), Ordering::Relaxed);
+    if let Some(fd) = settings.stats_fd.and_then(private_stats_fd) {
+        STATS_FD.store(fd, Ordering::Relaxed);
+    }
     let shim = registry::init(settings);
     // SAFETY: registers a function of this library, which stays loaded until exit.
     if unsafe { libc::atexit(at_exit) } != 0 {
