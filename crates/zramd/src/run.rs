@@ -1,7 +1,8 @@
 //! `zramd run --budget SIZE [--algorithm A] [--threshold SIZE] [--control PATH] [--json]
 //! -- CMD ARGS…`: runs a program with its large anonymous mappings served by uswap regions
 //! (issue 14, "for unmodified programs"), through the LD_PRELOAD shim
-//! `libzramd_uswap.so` (crate `uswap-preload`) built beside this binary.
+//! `libzramd_uswap.so` (crate `uswap-preload`) built beside this binary (or in `deps/`
+//! beside it, where `cargo test --workspace` leaves it).
 //!
 //! The shim reads its settings from the environment set here (`ZRAMD_USWAP_*`), answers
 //! `{"cmd":"stat"}` on the control socket while the program runs (so `zramd stat
@@ -87,6 +88,13 @@ fn preload(existing: Option<OsString>, shim: &Path) -> OsString {
 pub fn run(args: &Args) -> anyhow::Result<()> {
     let zramd = std::env::current_exe().context("find the running zramd binary")?;
     let shim = zramd.with_file_name(SHIM);
+    // `cargo test` leaves the library in `deps/` only (`cargo build` copies it up).
+    let in_deps = zramd.with_file_name("deps").join(SHIM);
+    let shim = if !shim.is_file() && in_deps.is_file() {
+        in_deps
+    } else {
+        shim
+    };
     if !shim.is_file() {
         bail!(
             "the uswap shim is missing: `zramd run` preloads {}, which is not there; build \

@@ -1,6 +1,7 @@
 //! `zramd run`: a program's large anonymous mappings served by uswap regions through the
-//! LD_PRELOAD shim (`libzramd_uswap.so`, crate `uswap-preload`, built beside `zramd` by
-//! `cargo test --workspace`).
+//! LD_PRELOAD shim (`libzramd_uswap.so`, crate `uswap-preload`, which `cargo test
+//! --workspace` builds into `deps/` beside `zramd`, where `zramd run` finds it; its
+//! integration test makes cargo build it).
 //!
 //! The programs under test are this test binary itself, run again by `zramd run` with
 //! `ZRAMD_RUN_TEST_CHILD` naming what to do (the ignored test [`child`]); they map memory
