@@ -216,6 +216,10 @@ fn a_touch_past_the_end_is_sigsegv() {
         return;
     }
     assert_eq!(ran.code(), 128 + 11, "{ran}");
+    assert!(
+        ran.stdout.contains("a guard page follows the mapping"),
+        "{ran}"
+    );
     assert!(ran.stdout.contains("touching past the end"), "{ran}");
 }
 
@@ -376,6 +380,15 @@ fn child() {
         "past_end" => {
             let mut m = raw::Map::new(len);
             write_pattern(&mut m, 0..len / PAGE);
+            // A served mapping is followed by its region's inaccessible guard page.
+            let end = format!("{:x}-", m.end());
+            let maps = std::fs::read_to_string("/proc/self/maps").expect("/proc/self/maps");
+            if maps
+                .lines()
+                .any(|l| l.starts_with(&end) && l[end.len()..].contains(" ---p "))
+            {
+                println!("a guard page follows the mapping");
+            }
             println!("touching past the end");
             let b = m.past_end();
             println!("read {b} past the end, and lived");
@@ -481,6 +494,11 @@ mod raw {
             assert!(offset + 8 <= self.len && offset.is_multiple_of(8));
             // SAFETY: as in `write`.
             unsafe { self.ptr.add(offset).cast::<u64>().read_volatile() }
+        }
+
+        /// The address just past the end.
+        pub fn end(&self) -> usize {
+            self.ptr as usize + self.len
         }
 
         /// Reads the byte just past the end: a served mapping's guard page, so SIGSEGV.
