@@ -8,7 +8,9 @@
 //! signals go to its own threads.
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::os::unix::fs::{FileTypeExt as _, PermissionsExt as _};
 use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
@@ -23,6 +25,39 @@ pub const MAX_REQUEST: usize = 64 * 1024;
 pub const DEADLINE: Duration = Duration::from_secs(5);
 /// Connections served at once.
 pub const MAX_CONNECTIONS: usize = 4;
+
+/// Binds the control socket at `path`, mode 0600 before anyone can connect, and listens.
+/// A socket already there is replaced, live or not: a program the served one started
+/// (its children load the shim too) takes the socket over, the newest process answering.
+/// Anything else at `path` is left alone, and an error.
+pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => std::fs::remove_file(path)?,
+        Ok(_) => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "exists and is not a socket; not replacing it",
+            ));
+        }
+        Err(_) => {}
+    }
+    let addr = rustix::net::SocketAddrUnix::new(path)?;
+    let fd = rustix::net::socket_with(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::STREAM,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )?;
+    rustix::net::bind(&fd, &addr)?;
+    // Bound, not listening: nobody can connect until the mode is right.
+    let ready = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .and_then(|()| Ok(rustix::net::listen(&fd, 16)?));
+    if let Err(e) = ready {
+        let _ = std::fs::remove_file(path);
+        return Err(e);
+    }
+    Ok(UnixListener::from(fd))
+}
 
 /// Serves connections on `listener` until accepting fails; `report` gives the figures.
 pub fn serve(listener: &UnixListener, report: impl Fn() -> Report + Send + Sync + 'static) {
@@ -159,7 +194,9 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("s");
         let _ = std::fs::remove_file(&path);
-        let listener = UnixListener::bind(&path).unwrap();
+        let listener = bind(&path).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
         std::thread::spawn(move || serve(&listener, figures));
         let ask = |req: &[u8]| {
             let mut s = UnixStream::connect(&path).unwrap();

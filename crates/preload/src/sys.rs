@@ -35,8 +35,6 @@
 
 use std::cell::Cell;
 use std::ffi::{CStr, c_int, c_void};
-use std::os::unix::fs::PermissionsExt as _;
-use std::os::unix::net::UnixListener;
 use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, Ordering};
 
 use libc::{off_t, size_t};
@@ -385,20 +383,18 @@ fn spawn_blocked(name: &str, f: impl FnOnce() + Send + 'static) -> std::io::Resu
     }
 }
 
-/// Binds the control socket (mode 0600), replacing a stale file at the path, and serves it.
+/// Binds the control socket (see `control::bind`) and serves it on a thread.
 fn listen(shim: &'static registry::Shim) {
     let Some(path) = shim.settings().control.clone() else {
         return;
     };
-    let _ = std::fs::remove_file(&path);
-    let listener = match UnixListener::bind(&path) {
+    let listener = match control::bind(&path) {
         Ok(l) => l,
         Err(e) => {
             eprintln!("zramd run: no control socket at {}: {e}", path.display());
             return;
         }
     };
-    let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
     let started = spawn_blocked("uswap-listen", move || {
         control::serve(&listener, move || shim.report(std::process::id()));
     });
