@@ -64,8 +64,18 @@ pub fn serve(listener: &UnixListener, report: impl Fn() -> Report + Send + Sync 
     let report = Arc::new(report);
     let open = Arc::new(AtomicUsize::new(0));
     for stream in listener.incoming() {
-        let Ok(stream) = stream else {
-            continue;
+        let stream = match stream {
+            Ok(s) => s,
+            Err(e) => match e.raw_os_error() {
+                // The program closed or reused the descriptor: stop serving.
+                Some(libc::EBADF | libc::ENOTSOCK | libc::EINVAL) => return,
+                Some(libc::EINTR | libc::ECONNABORTED) => continue,
+                // Out of descriptors or memory: wait, rather than spin.
+                _ => {
+                    std::thread::sleep(Duration::from_millis(100));
+                    continue;
+                }
+            },
         };
         if open.fetch_add(1, Relaxed) >= MAX_CONNECTIONS {
             open.fetch_sub(1, Relaxed);

@@ -29,12 +29,13 @@
 //! - Function pointers from `dlsym` are stored only when non-null and are transmuted to
 //!   the prototype of the symbol looked up.
 //! - The inherited stats descriptor is used only if it is a pipe, through a close-on-exec
-//!   copy made at load time, so the figures never go to a file the program opened under
-//!   the same number later; it is written only by the process that read the settings,
+//!   copy made at load time, and only if that copy is still the same pipe at exit, so the
+//!   figures never go to a file the program opened under the same number; it is written only by the process that read the settings,
 //!   not a forked child (which has no regions and whose calls all pass through).
 
 use std::cell::Cell;
 use std::ffi::{CStr, c_int, c_void};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, Ordering};
 
 use libc::{off_t, size_t};
@@ -58,6 +59,8 @@ static REAL_MREMAP: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
 static OWNER: AtomicU32 = AtomicU32::new(0);
 /// This library's own copy of the stats descriptor (close-on-exec; -1: none).
 static STATS_FD: AtomicI32 = AtomicI32::new(-1);
+/// The stats pipe's (device, inode), to check at exit that the copy is still that pipe.
+static STATS_PIPE: OnceLock<(u64, u64)> = OnceLock::new();
 
 thread_local! {
     /// This thread is inside the shim's own code now.
@@ -346,25 +349,33 @@ extern "C" fn at_exit() {
     }
     let _inside = Reentry::enter();
     let fd = STATS_FD.load(Ordering::Relaxed);
-    if fd >= 0 {
+    // Still the pipe it was (a program that closes every descriptor may have reused it).
+    if fd >= 0 && pipe_id(fd).is_some_and(|id| STATS_PIPE.get() == Some(&id)) {
         write_fd(fd, &shim.report(pid).line());
     }
 }
 
-/// A close-on-exec copy of the inherited stats descriptor `fd`, if it is a pipe: the
-/// program may close or reuse `fd` itself (the figures must never land in one of its
-/// files), and the original stays open for the programs it starts.
-fn private_stats_fd(fd: c_int) -> Option<c_int> {
-    // SAFETY: `fstat` fills a local structure; `fcntl(F_DUPFD_CLOEXEC)` makes a new
-    // descriptor this library owns and never closes.
-    unsafe {
+/// The pipe `fd` is, as (device, inode); `None` if it is not a pipe.
+fn pipe_id(fd: c_int) -> Option<(u64, u64)> {
+    // SAFETY: `fstat` only fills the local structure.
+    let st = unsafe {
         let mut st: libc::stat = std::mem::zeroed();
-        if libc::fstat(fd, &mut st) != 0 || st.st_mode & libc::S_IFMT != libc::S_IFIFO {
+        if libc::fstat(fd, &mut st) != 0 {
             return None;
         }
-        let copy = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3);
-        (copy >= 0).then_some(copy)
-    }
+        st
+    };
+    (st.st_mode & libc::S_IFMT == libc::S_IFIFO).then_some((st.st_dev, st.st_ino))
+}
+
+/// A close-on-exec copy of the inherited stats descriptor `fd`, if it is a pipe, and the
+/// pipe's identity: the program may close or reuse `fd` itself (the figures must never
+/// land in one of its files), and the original stays open for the programs it starts.
+fn private_stats_fd(fd: c_int) -> Option<(c_int, (u64, u64))> {
+    let id = pipe_id(fd)?;
+    // SAFETY: makes a new descriptor, which this library owns and never closes.
+    let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+    (copy >= 0).then_some((copy, id))
 }
 
 /// Starts `f` on a thread with every signal blocked (the mask is set before the thread
@@ -415,7 +426,8 @@ extern "C" fn init() {
     };
     let _inside = Reentry::enter();
     OWNER.store(std::process::id(), Ordering::Relaxed);
-    if let Some(fd) = settings.stats_fd.and_then(private_stats_fd) {
+    if let Some((fd, id)) = settings.stats_fd.and_then(private_stats_fd) {
+        let _ = STATS_PIPE.set(id);
         STATS_FD.store(fd, Ordering::Relaxed);
     }
     let shim = registry::init(settings);
