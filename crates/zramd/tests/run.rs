@@ -310,6 +310,46 @@ fn the_control_socket_answers_while_the_program_runs() {
 }
 
 #[test]
+fn sigterm_is_passed_on_to_the_program() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sock = dir.path().join("ctl.sock");
+    let never = dir.path().join("never");
+    let child = start(
+        zramd_run(
+            &[
+                "--budget",
+                "1M",
+                "--threshold",
+                "1M",
+                "--control",
+                sock.to_str().unwrap(),
+            ],
+            "wait",
+            4 * MIB,
+        )
+        .env(GO, &never),
+        dir.path(),
+    );
+    // Once the control socket answers, the program runs with the shim loaded.
+    let start = Instant::now();
+    while std::os::unix::net::UnixStream::connect(&sock).is_err() && start.elapsed() < LIMIT {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("SIGTERM");
+    }
+    let ran = finish(child, dir.path());
+    assert_eq!(ran.code(), 128 + 15, "{ran}");
+    // Killed, the program wrote no exit figures; zramd run says so.
+    assert!(
+        ran.stderr.contains("ended without writing its figures")
+            || ran.stderr.contains("no figures came"),
+        "{ran}"
+    );
+    assert!(!sock.exists(), "the control socket outlived the run");
+}
+
+#[test]
 fn bad_input_is_refused_clearly() {
     let zramd = env!("CARGO_BIN_EXE_zramd");
     let cases: [(&[&str], &str); 4] = [
