@@ -381,6 +381,14 @@ impl Endpoint for Control {
 
 /// Sends one request to the server at `path` and returns its answer.
 pub fn call(path: &Path, request: &Request) -> anyhow::Result<Response> {
+    let response: Response =
+        serde_json::from_value(call_value(path, request)?).context("parse the server's answer")?;
+    Ok(response)
+}
+
+/// Sends one request to the control socket at `path` (a server's, or a program's run by
+/// `zramd run`) and returns its answer as JSON, failing if it says it failed.
+pub fn call_value(path: &Path, request: &Request) -> anyhow::Result<serde_json::Value> {
     let stream = UnixStream::connect(path).with_context(|| {
         format!(
             "connect to the control socket {} (is `zramd serve` running? pass --control PATH)",
@@ -404,11 +412,15 @@ pub fn call(path: &Path, request: &Request) -> anyhow::Result<Response> {
     (&stream).write_all(&out)?;
     let mut line = String::new();
     BufReader::new(&stream).read_line(&mut line)?;
-    let response: Response = serde_json::from_str(&line).context("parse the server's answer")?;
-    if !response.ok {
+    let response: serde_json::Value =
+        serde_json::from_str(&line).context("parse the server's answer")?;
+    if response.get("ok") != Some(&serde_json::Value::Bool(true)) {
         bail!(
             "{}",
-            response.error.unwrap_or_else(|| "request failed".into())
+            response
+                .get("error")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("request failed")
         );
     }
     Ok(response)

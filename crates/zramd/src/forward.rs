@@ -46,7 +46,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
 
 /// The exit code a shell would report for `status`: the child's own, or 128 + the signal
 /// that ended it.
-fn exit_code(status: ExitStatus) -> i32 {
+pub(crate) fn exit_code(status: ExitStatus) -> i32 {
     status
         .code()
         .or_else(|| status.signal().map(|s| 128 + s))

@@ -3,10 +3,12 @@
 //! `serve` runs compressed RAM disks over NBD; `stat`, `compact`, `fold`, `reset`, `clear`,
 //! `set`, `idle`, `writeback`, `recompress` and `policy` talk to a running server through
 //! its control socket; `classes` prints the zsmalloc class table;
-//! `bench` runs the lab's measurements (the `zramd-lab` binary beside this one).
+//! `bench` runs the lab's measurements (the `zramd-lab` binary beside this one);
+//! `run` runs a program with its large mappings served by uswap regions.
 
 mod classes;
 mod forward;
+mod run;
 
 use std::path::PathBuf;
 
@@ -121,6 +123,10 @@ enum Command {
     /// Run a measurement and print its figures (`--input FILE`: the device; `pool`: the
     /// allocator). Runs `zramd-lab bench` with the same arguments.
     Bench(forward::Args),
+    /// Run a program with its large anonymous mappings served by uswap regions (compressed
+    /// beyond --budget each, with seed 002's readahead) through an LD_PRELOAD shim; print
+    /// their figures at exit (`zramd stat --control PATH` shows them while it runs).
+    Run(run::Args),
 }
 
 #[derive(Debug, clap::Args)]
@@ -268,7 +274,20 @@ fn serve_options(a: &ServeArgs, matches: &ArgMatches) -> anyhow::Result<ServeOpt
 }
 
 fn stat(a: &StatArgs) -> anyhow::Result<()> {
-    let response = control::call(&a.control.path(), &Request::Stat)?;
+    let value = control::call_value(&a.control.path(), &Request::Stat)?;
+    if value.get("uswap").is_some() {
+        // A program run by `zramd run`: its regions.
+        let figures: zramd::programs::ProgramFigures =
+            serde_json::from_value(value).context("parse the program's figures")?;
+        if a.json {
+            println!("{}", serde_json::to_string_pretty(&figures)?);
+        } else {
+            print!("{}", figures.format());
+        }
+        return Ok(());
+    }
+    let response: control::Response =
+        serde_json::from_value(value).context("parse the server's answer")?;
     let mut devices = response.devices;
     if let Some(name) = &a.device {
         devices.retain(|d| &d.name == name);
@@ -497,5 +516,6 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Classes(args) => classes::run(&args),
         Command::Bench(args) => forward::run(&args),
+        Command::Run(args) => run::run(&args),
     }
 }
