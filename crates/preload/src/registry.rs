@@ -178,7 +178,8 @@ impl Shim {
 
     /// `munmap(addr, len)`: a region wholly unmapped is dropped (its memory unmapped by
     /// uswap); pages of a region unmapped alone are discarded and left inaccessible until
-    /// the rest goes (the region's mapping cannot be split: uswap unmaps it whole); a
+    /// the rest goes (the region's mapping cannot be split: uswap unmaps it whole; retired,
+    /// its threads never read those pages again, so hiding them cannot crash them); a
     /// region's guard page is left alone. The rest is the kernel's.
     pub fn unmap(&self, addr: usize, len: usize) -> Plan {
         let end = page_end(addr, len);
@@ -196,7 +197,7 @@ impl Shim {
                 let s = &mut regions[i];
                 let (from, to) = (addr.max(s.addr), end.min(s.addr + s.len));
                 if from < to {
-                    let _ = s.region.discard(from - s.addr, to - from);
+                    let _ = s.region.retire(from - s.addr, to - from);
                     spans::add(&mut s.gone, from - s.addr, to - s.addr);
                     if spans::covers(&s.gone, s.len) {
                         gone.push(regions.swap_remove(i));
@@ -211,7 +212,7 @@ impl Shim {
         plan
     }
 
-    /// After [`Shim::unmap`] made `hide` inaccessible: discards those pages again, in case
+    /// After [`Shim::unmap`] made `hide` inaccessible: retires those pages again, in case
     /// the program touched them in between (a fault on them is a SIGSEGV from now on).
     pub fn hidden(&self, hide: &[(usize, usize)]) {
         let regions = lock(&self.regions);
@@ -220,7 +221,7 @@ impl Shim {
                 .iter()
                 .filter(|s| s.addr <= from && to <= s.addr + s.len)
             {
-                let _ = s.region.discard(from - s.addr, to - from);
+                let _ = s.region.retire(from - s.addr, to - from);
             }
         }
     }
@@ -239,7 +240,7 @@ impl Shim {
             for s in regions.iter() {
                 let (from, to) = (addr.max(s.addr), end.min(s.addr + s.len));
                 if from < to {
-                    let _ = s.region.discard(from - s.addr, to - from);
+                    let _ = s.region.retire(from - s.addr, to - from);
                 }
             }
         }

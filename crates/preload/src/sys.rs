@@ -259,8 +259,8 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
     };
     let plan = shim.unmap(a, len);
     for &(from, to) in &plan.hide {
-        // SAFETY: pages inside a live region, already discarded: no Rust reference reads
-        // them (the region's threads do not touch pages its table forgot).
+        // SAFETY: pages inside a live region, already retired: no Rust reference reads
+        // them (the region's threads never touch retired pages again).
         let _ = unsafe { libc::mprotect(from as *mut c_void, to - from, libc::PROT_NONE) };
     }
     if !plan.hide.is_empty() {

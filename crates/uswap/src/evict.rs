@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::shared::{EVICT_BATCH, Shared};
 use crate::stats::Counters;
-use crate::sys::{self, PAGE_SIZE};
+use crate::sys::{self, PAGE_SIZE, Snap};
 use crate::table::Page;
 
 /// How long eviction pauses after the device refused a page.
@@ -84,7 +84,7 @@ pub(crate) fn run(shared: Arc<Shared>) {
                 break;
             }
             match evict(&shared, (resident - low).min(EVICT_BATCH)) {
-                Ok(r) if r.refused || r.taken == 0 => break,
+                Ok(r) if r.refused || r.evicted == 0 => break,
                 Ok(_) => {}
                 Err(e) => {
                     shared.fail(e);
@@ -121,7 +121,9 @@ pub(crate) fn evict(shared: &Shared, n: usize) -> Result<Round, String> {
         }
         round.evicted += evict_run(shared, run, &mut buf, &mut round.refused)?;
     }
-    if round.refused {
+    if round.refused || round.evicted == 0 {
+        // The device is full, or nothing taken could go (pages the program made
+        // unreadable): pause rather than spin on the same pages.
         *shared.backoff.lock() = Some(Instant::now() + BACKOFF);
     }
     Ok(round)
@@ -140,6 +142,19 @@ fn runs(pages: &[usize]) -> Vec<&[usize]> {
     out
 }
 
+/// What eviction does with one page of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    /// Stored on the device: drop it from the mapping.
+    Stored,
+    /// Absent although the table had it resident: nothing to keep, it is untouched.
+    Absent,
+    /// The device refused it, or one before it: it stays resident, still the oldest.
+    Kept,
+    /// The program made it unreadable: it stays resident, as the youngest.
+    Unreadable,
+}
+
 /// Evicts one run of busy pages; returns how many went to the device.
 fn evict_run(
     shared: &Shared,
@@ -148,54 +163,66 @@ fn evict_run(
     refused: &mut bool,
 ) -> Result<usize, String> {
     let first = run[0];
-    let present = shared
+    let snaps = shared
         .pager
         .snapshot(&shared.uffd, first, run.len(), buf)
         .map_err(|e| format!("write-protecting pages {first}+{}: {e}", run.len()))?;
-    // Store each present page until the device refuses one.
-    let mut stored = 0;
-    for (i, &p) in present.iter().enumerate() {
-        if !p {
-            continue;
-        }
-        let data = &buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE];
-        match shared.zram.write(((first + i) * PAGE_SIZE) as u64, data) {
-            Ok(()) => stored = i + 1,
-            Err(e) => {
-                tracing::debug!("uswap: the device refused page {}: {e}", first + i);
-                Counters::bump(&shared.counters.evict_failed);
-                *refused = true;
-                break;
+    // Store each copied page until the device refuses one.
+    let mut fates = Vec::with_capacity(snaps.len());
+    for (i, snap) in snaps.iter().enumerate() {
+        let fate = match snap {
+            Snap::Absent => Fate::Absent,
+            Snap::Unreadable => Fate::Unreadable,
+            Snap::Copied if *refused => Fate::Kept,
+            Snap::Copied => {
+                let data = &buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE];
+                match shared.zram.write(((first + i) * PAGE_SIZE) as u64, data) {
+                    Ok(()) => Fate::Stored,
+                    Err(e) => {
+                        tracing::debug!("uswap: the device refused page {}: {e}", first + i);
+                        Counters::bump(&shared.counters.evict_failed);
+                        *refused = true;
+                        Fate::Kept
+                    }
+                }
             }
-        }
+        };
+        fates.push(fate);
     }
-    // Pages `..stored` that were present are on the device: drop them from the mapping.
-    if stored > 0 {
-        shared
-            .pager
-            .discard(first, stored)
-            .map_err(|e| format!("dropping pages {first}+{stored}: {e}"))?;
+    // Stored pages leave the mapping, in runs; the others are unprotected.
+    let mut i = 0;
+    while i < fates.len() {
+        let stored = fates[i] == Fate::Stored;
+        let n = fates[i..]
+            .iter()
+            .take_while(|&&f| (f == Fate::Stored) == stored)
+            .count();
+        let res = if stored {
+            shared.pager.discard(first + i, n)
+        } else {
+            shared.pager.unprotect(&shared.uffd, first + i, n)
+        };
+        res.map_err(|e| format!("settling pages {}+{n}: {e}", first + i))?;
+        i += n;
     }
     let mut evicted = 0;
     let mut t = shared.table.lock();
-    for (i, &p) in present.iter().enumerate().rev() {
+    for (i, fate) in fates.iter().enumerate().rev() {
         let page = first + i;
-        if i < stored && p {
-            t.settle(page, Page::Evicted);
-            evicted += 1;
-        } else if i < stored {
-            // Absent although the table had it resident: nothing to keep.
-            t.settle(page, Page::Untouched);
-            Counters::bump(&shared.counters.evict_cancelled);
-        } else if p {
-            shared
-                .pager
-                .unprotect(&shared.uffd, page, 1)
-                .map_err(|e| format!("unprotecting page {page}: {e}"))?;
-            t.settle_oldest(page, Page::Resident);
-        } else {
-            t.settle(page, Page::Untouched);
-            Counters::bump(&shared.counters.evict_cancelled);
+        match fate {
+            Fate::Stored => {
+                t.settle(page, Page::Evicted);
+                evicted += 1;
+            }
+            Fate::Absent => {
+                t.settle(page, Page::Untouched);
+                Counters::bump(&shared.counters.evict_cancelled);
+            }
+            Fate::Kept => t.settle_oldest(page, Page::Resident),
+            Fate::Unreadable => {
+                t.settle(page, Page::Resident);
+                Counters::bump(&shared.counters.evict_cancelled);
+            }
         }
     }
     drop(t);

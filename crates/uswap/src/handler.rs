@@ -97,6 +97,17 @@ fn serve(shared: &Shared, fault: Fault, buf: &mut [u8]) -> Result<(), String> {
     loop {
         match t.get(page) {
             Page::Busy => shared.moved.wait(&mut t),
+            Page::Gone => {
+                // Retired but still accessible for a moment: the zero page, untracked (a
+                // second fault's fill finds it there, which is as good).
+                drop(t);
+                Counters::bump(&c.pgfault);
+                return match shared.uffd.zeropage(shared.addr(page)) {
+                    Ok(Fill::Filled | Fill::Exists) => Ok(()),
+                    Ok(Fill::Again { .. }) => wake(shared, page),
+                    Err(e) => Err(format!("filling retired page {page}: {e}")),
+                };
+            }
             Page::Resident | Page::ReadAhead if !present(shared, page)? => {
                 // The table has it resident, yet it faults: the program dropped it behind
                 // the region's back (`madvise(MADV_DONTNEED)` by a raw system call). Such

@@ -14,7 +14,7 @@ use crate::readahead::ReadaheadConfig;
 use crate::shared::{EVICT_BATCH, Shared};
 use crate::stats::RegionStats;
 use crate::sys::{Mapping, PAGE_SIZE, Span, Uffd};
-use crate::table::Table;
+use crate::table::{Page, Table};
 
 /// A memory region whose cold pages live compressed on a zram device.
 ///
@@ -202,7 +202,8 @@ impl Region {
                 Error::Failed(e)
             })?;
             done += round.evicted;
-            if round.refused {
+            if round.refused || (round.taken > 0 && round.evicted == 0) {
+                // Refused, or nothing taken could go (unreadable, gone meanwhile).
                 break;
             }
             if round.taken == 0 {
@@ -224,6 +225,18 @@ impl Region {
     /// zeroes from now on and their stored copies are freed (what `MADV_DONTNEED` does to
     /// anonymous memory).
     pub fn discard(&self, offset: usize, len: usize) -> Result<()> {
+        self.leave(offset, len, false)
+    }
+
+    /// Retires the pages of `offset..offset+len` (whole pages inside it) for good, as when a
+    /// program unmaps part of the region: they are dropped and freed, and the region's
+    /// threads never store, evict or read them again, so the caller may then make them
+    /// inaccessible (`mprotect(PROT_NONE)`). A touch before that gets the zero page.
+    pub fn retire(&self, offset: usize, len: usize) -> Result<()> {
+        self.leave(offset, len, true)
+    }
+
+    fn leave(&self, offset: usize, len: usize, retire: bool) -> Result<()> {
         self.check()?;
         let first = offset.div_ceil(PAGE_SIZE);
         let end = (offset.saturating_add(len) / PAGE_SIZE).min(self.mapping.pages());
@@ -232,14 +245,18 @@ impl Region {
         }
         let s = &*self.shared;
         let mut t = s.table.lock();
-        while (first..end).any(|p| t.get(p) == crate::table::Page::Busy) && !s.failed() {
+        while (first..end).any(|p| t.get(p) == Page::Busy) && !s.failed() {
             s.moved.wait(&mut t);
         }
         // Under the lock: no eviction or fill of these pages can start meanwhile.
         s.pager
             .discard(first, end - first)
             .map_err(Error::sys("discarding pages"))?;
-        let stored = t.forget(first, end - first);
+        let stored = if retire {
+            t.retire(first, end - first)
+        } else {
+            t.forget(first, end - first)
+        };
         drop(t);
         for p in stored {
             s.zram.discard((p * PAGE_SIZE) as u64, PAGE_SIZE as u64)?;

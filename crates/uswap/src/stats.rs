@@ -70,7 +70,8 @@ pub struct RegionStats {
     pub wp_faults: u64,
     /// Evictions the device refused (`mem_limit`, out of memory): the page stayed resident.
     pub evict_failed: u64,
-    /// Evictions given up because the page was no longer in the mapping.
+    /// Evictions given up because the page was no longer in the mapping, or the program
+    /// had made it unreadable (`mprotect`): such a page stays resident.
     pub evict_cancelled: u64,
     /// Readahead settings in force.
     pub vma_ra_enabled: bool,

@@ -29,6 +29,9 @@ pub(crate) enum Page {
     Evicted,
     /// A handler or the evictor is moving it; wait for the region's condition variable.
     Busy,
+    /// Retired (the program unmapped it): never stored, evicted or counted again; a touch
+    /// before it is made inaccessible gets the zero page.
+    Gone,
 }
 
 impl Page {
@@ -84,7 +87,7 @@ impl Table {
         match was {
             Page::Resident | Page::ReadAhead => self.resident -= 1,
             Page::Evicted => self.evicted -= 1,
-            Page::Untouched | Page::Busy => {}
+            Page::Untouched | Page::Busy | Page::Gone => {}
         }
         self.pages[page] = Page::Busy;
         was
@@ -134,7 +137,7 @@ impl Table {
         match now {
             Page::Resident | Page::ReadAhead => self.resident += 1,
             Page::Evicted => self.evicted += 1,
-            Page::Untouched | Page::Busy => {}
+            Page::Untouched | Page::Busy | Page::Gone => {}
         }
         self.pages[page] = now;
     }
@@ -181,7 +184,7 @@ impl Table {
                             used += 1;
                         }
                         Page::Resident | Page::Busy => {}
-                        Page::Evicted | Page::Untouched => gap_resident = false,
+                        Page::Evicted | Page::Untouched | Page::Gone => gap_resident = false,
                     }
                 }
             }
@@ -196,7 +199,7 @@ impl Table {
             .select(|p| match self.pages[p as usize] {
                 Page::Resident | Page::ReadAhead | Page::Busy => PageState::Resident,
                 Page::Evicted => PageState::Evicted,
-                Page::Untouched => PageState::Untouched,
+                Page::Untouched | Page::Gone => PageState::Untouched,
             })
             .into_iter()
             .map(|p| p as usize)
@@ -211,18 +214,33 @@ impl Table {
     /// read as zeroes from now on. Busy pages are left to their mover. Returns the pages
     /// that were stored on the device, for it to free.
     pub fn forget(&mut self, first: usize, count: usize) -> Vec<usize> {
+        self.leave(first, count, Page::Untouched)
+    }
+
+    /// Retires pages `first..first+count` for good (see [`Page::Gone`]); returns the pages
+    /// that were stored on the device, for it to free.
+    pub fn retire(&mut self, first: usize, count: usize) -> Vec<usize> {
+        self.leave(first, count, Page::Gone)
+    }
+
+    fn leave(&mut self, first: usize, count: usize, now: Page) -> Vec<usize> {
         let mut stored = Vec::new();
         for p in first..first + count {
             match self.pages[p] {
-                Page::Busy | Page::Untouched => {}
+                Page::Busy => {}
+                Page::Untouched | Page::Gone => {
+                    if self.pages[p] != Page::Gone {
+                        self.pages[p] = now;
+                    }
+                }
                 Page::Evicted => {
                     self.take(p);
-                    self.pages[p] = Page::Untouched;
+                    self.pages[p] = now;
                     stored.push(p);
                 }
                 Page::Resident | Page::ReadAhead => {
                     self.take(p);
-                    self.pages[p] = Page::Untouched;
+                    self.pages[p] = now;
                 }
             }
         }

@@ -264,3 +264,58 @@ fn a_page_dropped_behind_the_regions_back_reads_as_zeroes() {
     assert!(buf == page_of(2));
     assert_eq!(region.stats().resident_pages, 2);
 }
+
+#[test]
+fn retired_pages_are_never_stored_or_counted_again() {
+    let Some(mut region) = region_or_skip(64 * PAGE, config(64)) else {
+        return;
+    };
+    for p in 0..64 {
+        region.write(p * PAGE, &page_of(p as u64)).unwrap();
+    }
+    region.evict_oldest(16).unwrap();
+    region.retire(0, 32 * PAGE).unwrap();
+    let s = region.stats();
+    assert_eq!((s.resident_pages, s.evicted_pages), (32, 0));
+    // A touch before the caller hides them gets the zero page, untracked.
+    let mut buf = vec![1u8; PAGE];
+    region.read(5 * PAGE, &mut buf).unwrap();
+    assert!(buf.iter().all(|&b| b == 0));
+    assert_eq!(region.stats().resident_pages, 32);
+    // Eviction only ever takes the pages still in the region.
+    assert_eq!(region.evict_oldest(64).unwrap(), 32);
+    for p in 32..64 {
+        region.read(p * PAGE, &mut buf).unwrap();
+        assert!(buf == page_of(p as u64), "page {p}");
+    }
+}
+
+#[test]
+#[expect(
+    unsafe_code,
+    reason = "protects a page behind the region's back, as a program's mprotect may"
+)]
+fn a_page_the_program_made_unreadable_stays_resident() {
+    let Some(mut region) = region_or_skip(32 * PAGE, config(32)) else {
+        return;
+    };
+    for p in 0..8 {
+        region.write(p * PAGE, &page_of(p as u64)).unwrap();
+    }
+    let third = (region.addr() + 3 * PAGE) as *mut libc::c_void;
+    // SAFETY: a page of the region no Rust reference borrows; the region must cope with a
+    // program that protects its own memory.
+    assert_eq!(unsafe { libc::mprotect(third, PAGE, libc::PROT_NONE) }, 0);
+    assert_eq!(region.evict_oldest(8).unwrap(), 7);
+    let s = region.stats();
+    assert_eq!((s.resident_pages, s.evicted_pages), (1, 7));
+    assert!(s.evict_cancelled >= 1);
+    let rw = libc::PROT_READ | libc::PROT_WRITE;
+    // SAFETY: as above, giving the page back its access.
+    assert_eq!(unsafe { libc::mprotect(third, PAGE, rw) }, 0);
+    let mut buf = vec![0u8; PAGE];
+    for p in 0..8 {
+        region.read(p * PAGE, &mut buf).unwrap();
+        assert!(buf == page_of(p as u64), "page {p}");
+    }
+}

@@ -284,6 +284,17 @@ impl Span<'_> {
     }
 }
 
+/// What [`Pager::snapshot`] did with one page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Snap {
+    /// Copied out; it stays write-protected until dropped or unprotected.
+    Copied,
+    /// Not in the mapping: nothing to copy or protect.
+    Absent,
+    /// In the mapping, but the program made it unreadable (`mprotect`): not copied.
+    Unreadable,
+}
+
 /// The fault handler's and evictor's view of a mapping: snapshots of write-protected pages,
 /// dropping pages, and tearing the mapping down. Keeps the mapping mapped while it lives.
 #[derive(Debug, Clone)]
@@ -309,15 +320,18 @@ impl Pager {
 
     /// Write-protects pages `first..first+count` through `uffd` (their range must be
     /// registered for write-protect faults), then copies each one that is present into
-    /// `out` (page `first + i` at `out[i * PAGE_SIZE..]`). Returns which were present; an
-    /// absent page is left unprotected-in-effect (there is nothing to protect) and unread.
+    /// `out` (page `first + i` at `out[i * PAGE_SIZE..]`). Returns what became of each page.
+    ///
+    /// The copy goes through the kernel (`process_vm_readv` on this process), not a plain
+    /// load: a page the program made unreadable itself (`mprotect(PROT_NONE)`) is reported
+    /// [`Snap::Unreadable`] instead of faulting this thread.
     pub fn snapshot(
         &self,
         uffd: &Uffd,
         first: usize,
         count: usize,
         out: &mut [u8],
-    ) -> io::Result<Vec<bool>> {
+    ) -> io::Result<Vec<Snap>> {
         let (offset, len) = self.pages(first, count)?;
         if out.len() < len {
             return Err(io::Error::new(
@@ -327,16 +341,72 @@ impl Pager {
         }
         uffd.write_protect(self.addr() + offset, len, true)?;
         let present = self.present(offset, count)?;
-        for (i, &p) in present.iter().enumerate() {
-            if p {
-                let at = i * PAGE_SIZE;
-                // Write-protected above and present: no store can land on it until it is
-                // unprotected or dropped (module contract).
-                self.raw
-                    .copy_out(offset + at, &mut out[at..at + PAGE_SIZE])?;
+        let mut snaps: Vec<Snap> = present
+            .iter()
+            .map(|&p| if p { Snap::Copied } else { Snap::Absent })
+            .collect();
+        // Write-protected above and present: no store can land on these pages until they
+        // are unprotected or dropped (module contract). Read them in as few calls as
+        // possible; a call stops at the first page it cannot read.
+        let mut i = 0;
+        while i < count {
+            if snaps[i] != Snap::Copied {
+                i += 1;
+                continue;
             }
+            let run = snaps[i..]
+                .iter()
+                .take_while(|&&s| s == Snap::Copied)
+                .count();
+            let at = i * PAGE_SIZE;
+            let read = self.read_via_kernel(offset + at, &mut out[at..at + run * PAGE_SIZE])?;
+            let whole = read / PAGE_SIZE;
+            if whole < run {
+                snaps[i + whole] = Snap::Unreadable;
+            }
+            i += whole + 1;
         }
-        Ok(present)
+        Ok(snaps)
+    }
+
+    /// Copies mapping bytes at `offset` into `buf` (whole pages) through `process_vm_readv`
+    /// on this process; returns the bytes read, short at the first page the program cannot
+    /// read (one remote element per page: the call stops between elements, never inside).
+    fn read_via_kernel(&self, offset: usize, buf: &mut [u8]) -> io::Result<usize> {
+        self.raw.check(offset, buf.len())?;
+        let local = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        let remote: Vec<libc::iovec> = (0..buf.len() / PAGE_SIZE)
+            .map(|i| libc::iovec {
+                // SAFETY: in bounds (checked); only an address handed to the kernel.
+                iov_base: unsafe { self.raw.base.as_ptr().add(offset + i * PAGE_SIZE) }.cast(),
+                iov_len: PAGE_SIZE,
+            })
+            .collect();
+        // SAFETY: `local` describes `buf`, which the kernel writes during the call only;
+        // `remote` lies in this live mapping, read (not written) by the kernel. Runs are at
+        // most an eviction batch, far under `IOV_MAX`.
+        let n = unsafe {
+            libc::process_vm_readv(
+                libc::getpid(),
+                &local,
+                1,
+                remote.as_ptr(),
+                remote.len() as libc::c_ulong,
+                0,
+            )
+        };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EFAULT) {
+            Ok(0)
+        } else {
+            Err(e)
+        }
     }
 
     /// Whether page `page` is in the mapping (`mincore`).

@@ -25,7 +25,8 @@
 //!   userfaultfd in the same call: once `UFFDIO_WRITEPROTECT` has returned, every store to
 //!   the page blocks in the kernel until it is unprotected or dropped, so the copy cannot
 //!   race a writer; pages `mincore` reports absent are not read (reading them would fault
-//!   on the caller's own userfaultfd). Its other calls change what the next access faults
+//!   on the caller's own userfaultfd), and the copy goes through `process_vm_readv`, so a
+//!   page the program made inaccessible is an error to report, not a signal. Its other calls change what the next access faults
 //!   on (`MADV_DONTNEED`, `mprotect(PROT_NONE)`), never bytes a Rust reference can see:
 //!   a dropped page faults and is filled again by the handler with the bytes it had.
 //! - A [`Uffd`] owns its file descriptor; a range is registered with it only through
@@ -48,7 +49,7 @@ use linux_raw_sys::general as uapi;
 mod mapping;
 mod uffd;
 
-pub use mapping::{Mapping, Pager, Span};
+pub use mapping::{Mapping, Pager, Snap, Span};
 pub use uffd::{Fault, Features, Fill, MAX_BATCH, Uffd};
 
 /// Bytes in one page (x86-64 and the other 4 KiB-page targets this crate runs on).
