@@ -20,6 +20,10 @@ fn bench_uswap_reports_every_workload_and_tier() {
             "2",
             "--work-us",
             "1",
+            "--threads",
+            "2",
+            "--noise-threads",
+            "1",
             "--json",
         ])
         .output()
@@ -76,8 +80,11 @@ fn bench_uswap_reports_every_workload_and_tier() {
     assert!(seq_on["counts"]["swap_ra"].as_u64() > Some(0), "{seq_on}");
 
     let tiers = r["tiers"].as_array().expect("tiers");
-    assert_eq!(tiers.len(), 2, "{r}");
-    for (t, name) in tiers.iter().zip(["compressed", "written_back"]) {
+    assert_eq!(tiers.len(), 3, "{r}");
+    for (t, name) in tiers
+        .iter()
+        .zip(["compressed", "compressed_alone", "written_back"])
+    {
         assert_eq!(t["tier"], name, "{t}");
         let accesses = t["pages"].as_u64().unwrap() * 2;
         // Every page evicted before each round, readahead off: every access a major fault.
@@ -85,8 +92,10 @@ fn bench_uswap_reports_every_workload_and_tier() {
         assert_eq!(t["counts"]["pgmajfault"].as_u64(), Some(accesses), "{t}");
         assert_eq!(t["counts"]["swap_ra"], 0, "{t}");
     }
-    assert!(tiers[1]["written_back_pages"].as_u64() > Some(0), "{r}");
-    assert!(tiers[1]["bd_reads"].as_u64() > Some(0), "{r}");
+    // With room for every page, nothing is evicted while the faults are served.
+    assert_eq!(tiers[1]["counts"]["pswpout"], 0, "{r}");
+    assert!(tiers[2]["written_back_pages"].as_u64() > Some(0), "{r}");
+    assert!(tiers[2]["bd_reads"].as_u64() > Some(0), "{r}");
 
     let names: Vec<&str> = r["targets"]
         .as_array()
@@ -101,6 +110,7 @@ fn bench_uswap_reports_every_workload_and_tier() {
         "combined p90 on/off",
         "compressed-tier fault p50 (us)",
         "compressed-tier fault p99 (us)",
+        "compressed, no eviction: p50 (us)",
     ] {
         assert!(names.contains(&want), "{want}: {names:?}");
     }

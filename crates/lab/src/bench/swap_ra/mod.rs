@@ -39,12 +39,15 @@ pub struct Args {
     /// Timed rounds, after the untimed round that writes every page.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
-    /// Measured worker threads (each on its own part of the region).
-    #[arg(long, default_value_t = 2)]
-    threads: usize,
-    /// Random background workers of the combined workload.
-    #[arg(long, default_value_t = 1)]
-    noise_threads: usize,
+    /// Measured worker threads, each on its own part of the region (default: half the CPUs,
+    /// at least 1: the seed ran 4 sequential processes, 12 with the noise, on 72 hardware
+    /// threads, leaving the rest to the swap-in work that readahead overlaps).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Random background workers of the combined workload (default: a quarter of the CPUs,
+    /// at least 1).
+    #[arg(long)]
+    noise_threads: Option<usize>,
     /// CPU work per page touched, microseconds (the seed's 24).
     #[arg(long, default_value_t = 24)]
     work_us: u64,
@@ -97,8 +100,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         size: usize::try_from(args.size.bytes())?,
         budget: usize::try_from(args.budget.bytes())?,
         rounds: args.rounds,
-        threads: args.threads.max(1),
-        noise_threads: args.noise_threads,
+        threads: args.threads.unwrap_or(cpus() / 2).max(1),
+        noise_threads: args.noise_threads.unwrap_or((cpus() / 4).max(1)),
         work_us: args.work_us,
         algorithm: args.algorithm,
         max_order: args.max_order,
@@ -141,6 +144,19 @@ fn measure(args: &Args, s: &Settings) -> anyhow::Result<Report> {
         Which::All => &[Workload::Sequential, Workload::Random, Workload::Combined],
     };
     let mut runs = Vec::new();
+    if let Some(&w) = workloads.first() {
+        // The first run of a process is slower than the same run later (allocator arenas,
+        // the page cache, frequencies settling): an untimed one goes first, so that neither
+        // side of the first pair pays for it.
+        if !args.json {
+            eprintln!("warming up");
+        }
+        let warm = Settings {
+            rounds: 1,
+            ..s.clone()
+        };
+        workload::run(&warm, w, false)?;
+    }
     for &w in workloads {
         for ra in [true, false] {
             if !args.json {
@@ -155,6 +171,7 @@ fn measure(args: &Args, s: &Settings) -> anyhow::Result<Report> {
             eprintln!("running the fault tiers");
         }
         tiers.push(tier::run(s, Tier::Compressed, None)?);
+        tiers.push(tier::run(s, Tier::CompressedAlone, None)?);
         let (file, _remove) = match &args.backing_dev {
             Some(f) => (f.clone(), None),
             None => {
@@ -173,6 +190,11 @@ fn measure(args: &Args, s: &Settings) -> anyhow::Result<Report> {
         tiers,
         targets,
     })
+}
+
+/// CPUs this process may run on.
+fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 fn on_off(ra: bool) -> &'static str {
@@ -223,19 +245,32 @@ fn targets(runs: &[Run], tiers: &[TierRun]) -> Vec<Target> {
             met: v <= 0.5,
         });
     }
-    if let Some(t) = tiers.iter().find(|t| t.tier == Tier::Compressed) {
-        out.push(Target {
-            name: "compressed-tier fault p50 (us)",
-            value: t.latency.p50_us,
-            target: "<= 10",
-            met: t.latency.p50_us <= 10.0,
-        });
-        out.push(Target {
-            name: "compressed-tier fault p99 (us)",
-            value: t.latency.p99_us,
-            target: "<= 40",
-            met: t.latency.p99_us <= 40.0,
-        });
+    for (tier, p50, p99) in [
+        (
+            Tier::Compressed,
+            "compressed-tier fault p50 (us)",
+            "compressed-tier fault p99 (us)",
+        ),
+        (
+            Tier::CompressedAlone,
+            "compressed, no eviction: p50 (us)",
+            "compressed, no eviction: p99 (us)",
+        ),
+    ] {
+        if let Some(t) = tiers.iter().find(|t| t.tier == tier) {
+            out.push(Target {
+                name: p50,
+                value: t.latency.p50_us,
+                target: "<= 10",
+                met: t.latency.p50_us <= 10.0,
+            });
+            out.push(Target {
+                name: p99,
+                value: t.latency.p99_us,
+                target: "<= 40",
+                met: t.latency.p99_us <= 40.0,
+            });
+        }
     }
     out
 }

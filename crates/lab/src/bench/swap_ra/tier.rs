@@ -20,8 +20,12 @@ use super::workload::{Counts, PAGE, Settings, Touches, pattern, region};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Tier {
-    /// The compressed pool.
+    /// The compressed pool, with the budget in force: every fault makes the evictor store
+    /// a page meanwhile, as swapping does.
     Compressed,
+    /// The compressed pool with room for every page: nothing is evicted while faults are
+    /// served, so the figure is the fault service alone.
+    CompressedAlone,
     /// The backing file, through zram.
     WrittenBack,
 }
@@ -30,6 +34,7 @@ impl Tier {
     pub fn name(self) -> &'static str {
         match self {
             Self::Compressed => "compressed",
+            Self::CompressedAlone => "compressed, no eviction",
             Self::WrittenBack => "written back",
         }
     }
@@ -68,6 +73,16 @@ pub fn run(s: &Settings, tier: Tier, backing: Option<&Path>) -> anyhow::Result<T
         // Every fault reads its own page from the file: no read-back cache of neighbours.
         device.readback_readahead = false;
     }
+    let alone;
+    let s = if tier == Tier::CompressedAlone {
+        alone = Settings {
+            budget: s.size,
+            ..s.clone()
+        };
+        &alone
+    } else {
+        s
+    };
     let mut region = region(s, 1, ReadaheadConfig::new(false, s.max_order), device)?;
     let pages = region.len() / PAGE;
     for p in 0..pages {
