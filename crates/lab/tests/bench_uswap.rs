@@ -56,7 +56,10 @@ fn bench_uswap_reports_every_workload_and_tier() {
             assert_eq!(threads, 2, "{run}");
             assert_eq!(run["noise_threads"], u64::from(w == "combined"), "{run}");
             let l = &run["latency"];
-            assert_eq!(l["samples"].as_u64(), Some(pages * threads * 2), "{run}");
+            // Two runs of each setting (on, off, off, on), 2 rounds each.
+            assert_eq!(run["runs"], 2, "{run}");
+            assert_eq!(run["rounds"], 4, "{run}");
+            assert_eq!(l["samples"].as_u64(), Some(pages * threads * 4), "{run}");
             for key in ["avg_us", "max_us", "p50_us", "p90_us", "p99_us"] {
                 assert!(l[key].as_f64().is_some_and(f64::is_finite), "{key}: {run}");
             }

@@ -8,8 +8,12 @@
 //! - **combined**: sequential workers plus `--noise-threads` random workers on other parts of
 //!   the same region (same budget); latencies of the sequential workers only, as the seed's;
 //! - **fault**: one thread, no CPU work, readahead off, every page evicted before each round
-//!   (every access a major fault): from the compressed pool, then from a backing file after
-//!   `idle all` + `writeback idle`.
+//!   (every access a major fault): from the compressed pool with the budget in force (the
+//!   evictor stores a page for each one faulted in), from it with room for every page (the
+//!   fault service alone), then from a backing file after `idle all` + `writeback idle`.
+//!
+//! Each workload runs with readahead on, off, off, on (after one untimed warm-up run), each
+//! setting's two runs merged, so that a run's place in the sequence favours neither.
 //!
 //! The region is several times the resident budget; the first round writes every page (the
 //! region evicts as it goes), the `--rounds` after it are timed: each page's first touch in a
@@ -36,8 +40,9 @@ pub struct Args {
     /// Resident budget (K/M/G suffixes).
     #[arg(long, default_value_t = Size(64 << 20))]
     budget: Size,
-    /// Timed rounds, after the untimed round that writes every page.
-    #[arg(long, default_value_t = 3)]
+    /// Timed rounds per run, after the untimed round that writes every page (each workload
+    /// and setting runs twice).
+    #[arg(long, default_value_t = 2)]
     rounds: usize,
     /// Measured worker threads, each on its own part of the region (default: half the CPUs,
     /// at least 1: the seed ran 4 sequential processes, 12 with the noise, on 72 hardware
@@ -146,8 +151,7 @@ fn measure(args: &Args, s: &Settings) -> anyhow::Result<Report> {
     let mut runs = Vec::new();
     if let Some(&w) = workloads.first() {
         // The first run of a process is slower than the same run later (allocator arenas,
-        // the page cache, frequencies settling): an untimed one goes first, so that neither
-        // side of the first pair pays for it.
+        // the page cache, frequencies settling): an untimed one goes first.
         if !args.json {
             eprintln!("warming up");
         }
@@ -158,12 +162,21 @@ fn measure(args: &Args, s: &Settings) -> anyhow::Result<Report> {
         workload::run(&warm, w, false)?;
     }
     for &w in workloads {
-        for ra in [true, false] {
+        // On, off, off, on: a run's place in the sequence costs or gains a few percent
+        // (measured: the second of a pair of identical runs is faster), which this order
+        // spreads evenly over both settings.
+        let mut pair: [Option<workload::Run>; 2] = [None, None];
+        for ra in [true, false, false, true] {
             if !args.json {
                 eprintln!("running {} with readahead {}", w.name(), on_off(ra));
             }
-            runs.push(workload::run(s, w, ra)?);
+            let r = workload::run(s, w, ra)?;
+            match &mut pair[usize::from(!ra)] {
+                Some(have) => have.merge(r),
+                slot => *slot = Some(r),
+            }
         }
+        runs.extend(pair.into_iter().flatten());
     }
     let mut tiers = Vec::new();
     if matches!(args.workload, Which::Fault | Which::All) {
@@ -279,8 +292,8 @@ fn print(r: &Report) {
     let s = &r.settings;
     let mib = |b: usize| b as f64 / (1 << 20) as f64;
     println!(
-        "region {:.0} MiB, budget {:.0} MiB, {} timed rounds after a writing round, {} \
-         measured threads (+{} random in combined), {} us of work per page, {}, \
+        "region {:.0} MiB, budget {:.0} MiB, {} timed rounds after a writing round (each \
+         workload run twice per setting: on, off, off, on), {} measured threads (+{} random in combined), {} us of work per page, {}, \
          vma_ra_max_order {}",
         mib(s.size),
         mib(s.budget),

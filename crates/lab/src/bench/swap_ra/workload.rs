@@ -10,7 +10,7 @@ use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use serde::Serialize;
-use uswap::histogram::{Histogram, Summary};
+use uswap::histogram::{Histogram, Snapshot, Summary};
 use uswap::{Part, ReadaheadConfig, Region, RegionConfig, RegionStats};
 use zram::{Algorithm, ZramConfig};
 
@@ -137,6 +137,14 @@ pub struct Run {
     /// Pages resident after the run, and the budget.
     pub resident_pages: u64,
     pub budget_pages: u64,
+    /// The measured touches, for merging runs.
+    #[serde(skip)]
+    pub touches: Snapshot,
+    /// The background touches, for merging runs.
+    #[serde(skip)]
+    pub noise_touches: Option<Snapshot>,
+    /// How many runs were merged into this one.
+    pub runs: usize,
 }
 
 /// A region for `s` on `device`, split into `parts` parts of equal size.
@@ -263,6 +271,24 @@ fn round(
 }
 
 /// Runs `w` with readahead on or off.
+impl Run {
+    /// Adds another run of the same workload and setting: touches, counts and seconds are
+    /// summed; the handler's time is the first run's.
+    pub fn merge(&mut self, other: Run) {
+        self.touches.merge(&other.touches);
+        self.latency = self.touches.summary();
+        if let (Some(a), Some(b)) = (&mut self.noise_touches, &other.noise_touches) {
+            a.merge(b);
+            self.noise_latency = Some(a.summary());
+        }
+        self.waited += other.waited;
+        self.counts += other.counts;
+        self.seconds += other.seconds;
+        self.rounds += other.rounds;
+        self.runs += other.runs;
+    }
+}
+
 pub fn run(s: &Settings, w: Workload, ra: bool) -> anyhow::Result<Run> {
     let noise = if w == Workload::Combined {
         s.noise_threads
@@ -353,6 +379,9 @@ pub fn run(s: &Settings, w: Workload, ra: bool) -> anyhow::Result<Run> {
         latency: hist.hist.snapshot().summary(),
         waited: hist.waited(),
         noise_latency: (noise > 0).then(|| noise_hist.hist.snapshot().summary()),
+        touches: hist.hist.snapshot(),
+        noise_touches: (noise > 0).then(|| noise_hist.hist.snapshot()),
+        runs: 1,
         counts: Counts::between(&before, &after),
         fault_latency: after.fault_latency,
         resident_pages: after.resident_pages,
