@@ -17,9 +17,16 @@ use crate::table::Page;
 /// How long eviction pauses after the device refused a page.
 pub(crate) const BACKOFF: Duration = Duration::from_millis(50);
 
+/// The evictor's `nice`: below the program's and the handlers' (0), so that on busy CPUs
+/// faults are served first and eviction takes what is left.
+const EVICTOR_NICE: i32 = 10;
+
 /// How far past the budget a handler lets the region go before it evicts itself, rather
-/// than leave it to the evictor thread.
-const HARD_SLACK: usize = 2 * EVICT_BATCH;
+/// than leave it to the evictor thread: a sixteenth of the budget (at least two batches),
+/// room for the evictor to fall behind while the CPUs are busy.
+fn hard_slack(budget: usize) -> usize {
+    (budget / 16).max(2 * EVICT_BATCH)
+}
 
 /// What one eviction round did.
 #[derive(Debug, Default, Clone, Copy)]
@@ -55,7 +62,7 @@ pub(crate) fn after_fill(shared: &Shared) {
         return;
     }
     shared.evict_wanted.notify_one();
-    if resident > shared.budget + HARD_SLACK && !backing_off(shared) {
+    if resident > shared.budget + hard_slack(shared.budget) && !backing_off(shared) {
         let excess = resident - shared.budget;
         if let Err(e) = evict(shared, excess.min(EVICT_BATCH)) {
             shared.fail(e);
@@ -68,6 +75,9 @@ pub(crate) fn after_fill(shared: &Shared) {
 pub(crate) fn run(shared: Arc<Shared>) {
     if let Err(e) = sys::block_signals() {
         tracing::warn!("uswap evictor: blocking signals: {e}");
+    }
+    if let Err(e) = sys::set_thread_nice(EVICTOR_NICE) {
+        tracing::debug!("uswap evictor: lowering its priority: {e}");
     }
     while !shared.stopping() {
         {

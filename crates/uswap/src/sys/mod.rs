@@ -88,3 +88,20 @@ pub fn block_signals() -> io::Result<()> {
         Err(io::Error::from_raw_os_error(rc))
     }
 }
+
+/// Lowers the calling thread's scheduling priority to `nice` (Linux applies `nice` per
+/// thread): for the evictor, so that when CPUs are short the fault handlers and the program
+/// run first and eviction takes the idle time.
+pub fn set_thread_nice(nice: i32) -> io::Result<()> {
+    // SAFETY: `gettid` has no preconditions; `setpriority` on this thread's own id only
+    // changes its scheduling priority.
+    let rc = unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice)
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
