@@ -11,6 +11,10 @@ pub const ENV_BUDGET: &str = "ZRAMD_USWAP_BUDGET";
 pub const ENV_ALGORITHM: &str = "ZRAMD_USWAP_ALGORITHM";
 /// Smallest mapping served, bytes (default [`DEFAULT_THRESHOLD`]).
 pub const ENV_THRESHOLD: &str = "ZRAMD_USWAP_THRESHOLD";
+/// `true`/`false`: seed 002's `vma_ra_enabled` (default true).
+pub const ENV_VMA_RA_ENABLED: &str = "ZRAMD_USWAP_VMA_RA_ENABLED";
+/// `vma_ra_max_order`, 0..=9 (default 3).
+pub const ENV_VMA_RA_MAX_ORDER: &str = "ZRAMD_USWAP_VMA_RA_MAX_ORDER";
 /// The control socket's path (none: no socket).
 pub const ENV_CONTROL: &str = "ZRAMD_USWAP_CONTROL";
 /// A descriptor, inherited from `zramd run`, the exit figures are written to (none: none).
@@ -36,6 +40,8 @@ pub struct Settings {
     pub stats_fd: Option<i32>,
     /// A failure to inject.
     pub fail: FailPoint,
+    /// Readahead settings of every region.
+    pub readahead: uswap::ReadaheadConfig,
 }
 
 impl Settings {
@@ -73,6 +79,19 @@ impl Settings {
             ),
             None => None,
         };
+        let enabled = match var(ENV_VMA_RA_ENABLED).as_deref() {
+            None | Some("true" | "1") => true,
+            Some("false" | "0") => false,
+            Some(v) => return Err(format!("{ENV_VMA_RA_ENABLED}={v:?}: true or false")),
+        };
+        let max_order = match var(ENV_VMA_RA_MAX_ORDER) {
+            None => uswap::readahead::DEFAULT_MAX_ORDER,
+            Some(v) => v
+                .parse::<u32>()
+                .ok()
+                .filter(|&o| o <= uswap::readahead::MAX_ORDER_CEILING)
+                .ok_or_else(|| format!("{ENV_VMA_RA_MAX_ORDER}={v:?}: 0 to 9"))?,
+        };
         let fail = match var(ENV_FAIL).as_deref() {
             None | Some("") => FailPoint::None,
             Some("copy") => FailPoint::Copy,
@@ -87,6 +106,7 @@ impl Settings {
                 .map(PathBuf::from),
             stats_fd,
             fail,
+            readahead: uswap::ReadaheadConfig::new(enabled, max_order),
         }))
     }
 
@@ -99,6 +119,7 @@ impl Settings {
                 ..Default::default()
             },
             fail: self.fail,
+            readahead: self.readahead,
             ..Default::default()
         }
     }
@@ -130,6 +151,8 @@ mod tests {
             (ENV_CONTROL, "/x/y.sock"),
             (ENV_STATS_FD, "7"),
             (ENV_FAIL, "copy"),
+            (ENV_VMA_RA_ENABLED, "false"),
+            (ENV_VMA_RA_MAX_ORDER, "5"),
         ]))
         .unwrap()
         .unwrap();
@@ -140,6 +163,7 @@ mod tests {
         assert_eq!(s.stats_fd, Some(7));
         assert_eq!(s.fail, FailPoint::Copy);
         assert_eq!(s.region().resident_budget, 16 << 20);
+        assert_eq!(s.region().readahead, uswap::ReadaheadConfig::new(false, 5));
     }
 
     #[test]
@@ -148,6 +172,8 @@ mod tests {
             vec![(ENV_BUDGET, "lots")],
             vec![(ENV_BUDGET, "1M"), (ENV_THRESHOLD, "1Q")],
             vec![(ENV_BUDGET, "1M"), (ENV_ALGORITHM, "gzip9")],
+            vec![(ENV_BUDGET, "1M"), (ENV_VMA_RA_ENABLED, "maybe")],
+            vec![(ENV_BUDGET, "1M"), (ENV_VMA_RA_MAX_ORDER, "10")],
             vec![(ENV_BUDGET, "1M"), (ENV_STATS_FD, "-1")],
             vec![(ENV_BUDGET, "1M"), (ENV_FAIL, "panic")],
         ] {

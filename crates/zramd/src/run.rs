@@ -53,6 +53,15 @@ pub struct Args {
     /// Smallest anonymous mapping served.
     #[arg(long, default_value = "64M")]
     threshold: zram::Size,
+    /// Read ahead along the faulting mapping (seed 002's `vma_ra_enabled`, the kernel's
+    /// `/sys/kernel/mm/swap/vma_ra_enabled`).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    vma_ra_enabled: bool,
+    /// The readahead window is at most 2^N pages (`vma_ra_max_order`, 0..=9; the kernel's
+    /// default 3).
+    #[arg(long, default_value_t = uswap::readahead::DEFAULT_MAX_ORDER,
+          value_parser = clap::value_parser!(u32).range(0..=i64::from(uswap::readahead::MAX_ORDER_CEILING)))]
+    vma_ra_max_order: u32,
     /// The program's control socket (default: zramd-run-PID.sock in $XDG_RUNTIME_DIR or
     /// /tmp).
     #[arg(long)]
@@ -117,6 +126,14 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         .env("LD_PRELOAD", preload(std::env::var_os("LD_PRELOAD"), &shim))
         .env("ZRAMD_USWAP_BUDGET", args.budget.bytes().to_string())
         .env("ZRAMD_USWAP_THRESHOLD", args.threshold.bytes().to_string())
+        .env(
+            "ZRAMD_USWAP_VMA_RA_ENABLED",
+            args.vma_ra_enabled.to_string(),
+        )
+        .env(
+            "ZRAMD_USWAP_VMA_RA_MAX_ORDER",
+            args.vma_ra_max_order.to_string(),
+        )
         .env("ZRAMD_USWAP_CONTROL", &control)
         .env("ZRAMD_USWAP_STATS_FD", writer.as_raw_fd().to_string());
     match args.algorithm {

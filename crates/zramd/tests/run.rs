@@ -151,7 +151,7 @@ fn served(test: &str, ran: &Ran) -> bool {
 #[test]
 fn a_large_mapping_is_served_compressed_beyond_the_budget() {
     let ran = run(&mut zramd_run(
-        &["--budget", "16M", "--json"],
+        &["--budget", "16M", "--vma-ra-max-order", "4", "--json"],
         "pattern",
         256 * MIB,
     ));
@@ -171,6 +171,9 @@ fn a_large_mapping_is_served_compressed_beyond_the_budget() {
     assert_eq!(r.budget_pages, (16 * MIB / PAGE) as u64);
     assert!(r.pswpout > 0, "{r:?}");
     assert!(r.pswpin > 0, "{r:?}");
+    // The pattern is read back in order: seed 002's readahead, with the order asked for.
+    assert_eq!((r.vma_ra_enabled, r.vma_ra_max_order), (true, 4), "{r:?}");
+    assert!(r.swap_ra > 0 && r.swap_ra_hit > 0, "{r:?}");
     assert_eq!(r.failed, None);
 }
 
@@ -352,13 +355,25 @@ fn sigterm_is_passed_on_to_the_program() {
 #[test]
 fn bad_input_is_refused_clearly() {
     let zramd = env!("CARGO_BIN_EXE_zramd");
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 5] = [
         (&["run", "--budget", "16M"], "COMMAND"),
         (
             &["run", "--budget", "lots", "--", "true"],
             "invalid value 'lots'",
         ),
         (&["run", "--", "true"], "--budget"),
+        (
+            &[
+                "run",
+                "--budget",
+                "16M",
+                "--vma-ra-max-order",
+                "10",
+                "--",
+                "true",
+            ],
+            "invalid value '10'",
+        ),
         (
             &[
                 "run",

@@ -12,8 +12,9 @@
 //!   evictor stores a page for each one faulted in), from it with room for every page (the
 //!   fault service alone), then from a backing file after `idle all` + `writeback idle`.
 //!
-//! Each workload runs with readahead on, off, off, on (after one untimed warm-up run), each
-//! setting's two runs merged, so that a run's place in the sequence favours neither.
+//! Each workload runs with readahead on, off, off, on (after an untimed warm-up run of the
+//! same workload), each setting's two runs merged, so that a run's place in the sequence
+//! favours neither.
 //!
 //! The region is several times the resident budget; the first round writes every page (the
 //! region evicts as it goes), the `--rounds` after it are timed: each page's first touch in a
@@ -149,22 +150,23 @@ fn measure(args: &Args, s: &Settings) -> anyhow::Result<Report> {
         Which::All => &[Workload::Sequential, Workload::Random, Workload::Combined],
     };
     let mut runs = Vec::new();
-    if let Some(&w) = workloads.first() {
-        // The first run of a process is slower than the same run later (allocator arenas,
-        // the page cache, frequencies settling): an untimed one goes first.
-        if !args.json {
-            eprintln!("warming up");
-        }
-        let warm = Settings {
-            rounds: 1,
-            ..s.clone()
-        };
-        workload::run(&warm, w, false)?;
-    }
     for &w in workloads {
         // On, off, off, on: a run's place in the sequence costs or gains a few percent
         // (measured: the second of a pair of identical runs is faster), which this order
         // spreads evenly over both settings.
+        // The first run of a workload is slower than the same run later (allocator arenas,
+        // the page cache, frequencies settling): an untimed one goes first.
+        if !args.json {
+            eprintln!("warming up {}", w.name());
+        }
+        workload::run(
+            &Settings {
+                rounds: 1,
+                ..s.clone()
+            },
+            w,
+            false,
+        )?;
         let mut pair: [Option<workload::Run>; 2] = [None, None];
         for ra in [true, false, false, true] {
             if !args.json {
