@@ -10,7 +10,8 @@
 //!   and shrinks it, the plan of pages to read ahead, the `vma_ra_*` settings);
 //! - [`Region`], [`RegionConfig`], [`Part`]: the region and its safe API;
 //! - [`RegionStats`]: its counters in the kernel's words and the fault latency
-//!   ([`histogram`]);
+//!   ([`histogram`]); [`ProgramFigures`]: a served program's regions, as `zramd run`'s shim
+//!   reports them;
 //! - [`sys`]: the crate's only `unsafe` code: mappings, the userfaultfd, signal masks.
 
 mod config;
@@ -18,6 +19,7 @@ mod error;
 mod evict;
 mod handler;
 pub mod histogram;
+mod program;
 pub mod readahead;
 mod region;
 mod shared;
@@ -31,6 +33,7 @@ mod table;
 
 pub use config::{DEFAULT_HANDLERS, FailPoint, MIN_RESIDENT_PAGES, RegionConfig};
 pub use error::{Error, Result};
+pub use program::ProgramFigures;
 pub use readahead::{Direction, PageState, Plan, ReadaheadConfig, ReadaheadStats, Window};
 pub use region::{Monitor, Part, Region};
 pub use stats::RegionStats;
