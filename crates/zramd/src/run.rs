@@ -155,15 +155,19 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         signal_hook::consts::SIGINT,
         Arc::new(AtomicBool::new(false)),
     )?;
-    let child = cmd
-        .spawn()
-        .with_context(|| format!("cannot run {}", program.to_string_lossy()));
+    let child = cmd.spawn();
     drop(writer);
     let mut child = match child {
         Ok(c) => c,
         Err(e) => {
             remove_socket(&control);
-            return Err(e);
+            // A shell's statuses: 127 for a program not found, 126 for one it cannot run.
+            let code = match e.kind() {
+                std::io::ErrorKind::NotFound => 127,
+                _ => 126,
+            };
+            eprintln!("zramd: cannot run {}: {e}", program.to_string_lossy());
+            std::process::exit(code);
         }
     };
     let lines = read_lines(reader);

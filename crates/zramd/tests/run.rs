@@ -390,8 +390,17 @@ fn bad_input_is_refused_clearly() {
         assert!(!ran.status.success(), "{args:?}: {ran}");
         assert!(ran.stderr.contains(said), "{args:?}: want {said:?}\n{ran}");
     }
-    // Without the shim beside it, `zramd run` says how to build it.
+    // A shell's statuses: 127 for a program not found, 126 for one that cannot run.
+    let ran = run(Command::new(zramd).args(["run", "--budget", "16M", "--", "/nonexistent/x"]));
+    assert_eq!(ran.status.code(), Some(127), "{ran}");
     let dir = tempfile::tempdir().expect("tempdir");
+    let plain = dir.path().join("not-executable");
+    std::fs::write(&plain, "data").expect("write");
+    let ran = run(Command::new(zramd)
+        .args(["run", "--budget", "16M", "--"])
+        .arg(&plain));
+    assert_eq!(ran.status.code(), Some(126), "{ran}");
+    // Without the shim beside it, `zramd run` says how to build it.
     let copy = dir.path().join("zramd");
     std::fs::copy(zramd, &copy).expect("copy zramd");
     let ran = run(Command::new(&copy).args(["run", "--budget", "16M", "--", "true"]));
