@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::report::Report;
+use uswap::ProgramFigures as Report;
 
 /// Longest request accepted, in bytes.
 pub const MAX_REQUEST: usize = 64 * 1024;

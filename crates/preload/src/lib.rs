@@ -28,7 +28,6 @@
 pub mod config;
 pub mod control;
 pub mod registry;
-pub mod report;
 mod spans;
 #[expect(
     unsafe_code,

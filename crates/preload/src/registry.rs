@@ -15,8 +15,8 @@ use uswap::sys::PAGE_SIZE;
 use uswap::{Region, RegionStats};
 
 use crate::config::Settings;
-use crate::report::Report;
 use crate::spans;
+use uswap::ProgramFigures as Report;
 
 /// One served mapping.
 #[derive(Debug)]

@@ -1,12 +1,14 @@
 //! The figures' wire shape, which `zramd run` and `zramd stat` read (crate `zramd`,
-//! `programs.rs`): one line of JSON, `{"pid":P,"uswap":[RegionStats…],"served":N,
+//! `run.rs`), as the shim writes it (`uswap::ProgramFigures`): one line of JSON, `{"pid":P,"uswap":[RegionStats…],"served":N,
 //! "passed_through":M}`, plus `unavailable` only when mappings could not be served.
 //!
 //! Being an integration test, it also makes `cargo test --workspace` build the library, so
 //! `libzramd_uswap.so` lies in `deps/` beside `zramd`, where `zramd run`'s tests find it.
 
 use serde_json::Value;
-use zramd_uswap::report::Report;
+// The shim itself is linked too: that is what builds `libzramd_uswap.so` here.
+use uswap::ProgramFigures as Report;
+use zramd_uswap as _;
 
 #[test]
 fn the_figures_are_one_line_of_json_with_the_documented_keys() {

@@ -33,7 +33,6 @@ fn hard_slack(budget: usize) -> usize {
 pub(crate) struct Round {
     pub evicted: usize,
     pub refused: bool,
-    pub taken: usize,
 }
 
 /// The level the evictor brings the region down to: a little under budget, so that it
@@ -54,10 +53,9 @@ fn backing_off(shared: &Shared) -> bool {
     }
 }
 
-/// Called by a handler after a fill: wakes the evictor when over budget, and evicts in the
-/// handler's own thread when far over.
-pub(crate) fn after_fill(shared: &Shared) {
-    let resident = shared.table.lock().resident();
+/// Called by a handler after a fill that left `resident` pages resident: wakes the evictor
+/// when over budget, and evicts in the handler's own thread when far over.
+pub(crate) fn after_fill(shared: &Shared, resident: usize) {
     if resident <= shared.budget {
         return;
     }
@@ -109,10 +107,7 @@ pub(crate) fn run(shared: Arc<Shared>) {
 /// machinery (an ioctl), not of the device: refusals are in the round.
 pub(crate) fn evict(shared: &Shared, n: usize) -> Result<Round, String> {
     let mut pages = shared.table.lock().take_oldest(n);
-    let mut round = Round {
-        taken: pages.len(),
-        ..Round::default()
-    };
+    let mut round = Round::default();
     if pages.is_empty() {
         return Ok(round);
     }

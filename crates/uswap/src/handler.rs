@@ -143,9 +143,9 @@ fn serve(shared: &Shared, fault: Fault, buf: &mut [u8]) -> Result<(), String> {
                     Counters::bump(&c.zero_fills);
                     fill(shared, page, None)?;
                 }
-                settle(shared, page, Page::Resident);
+                let resident = settle(shared, page, Page::Resident);
                 shared.latency.record(start.elapsed());
-                evict::after_fill(shared);
+                evict::after_fill(shared, resident);
                 return Ok(());
             }
             Page::Evicted => {
@@ -161,14 +161,14 @@ fn serve(shared: &Shared, fault: Fault, buf: &mut [u8]) -> Result<(), String> {
                 restore(shared, page, buf)?;
                 shared.latency.record(start.elapsed());
                 free_slot(shared, page)?;
-                settle(shared, page, Page::Resident);
+                let mut resident = settle(shared, page, Page::Resident);
                 for p in ahead {
                     Counters::bump(&c.swap_ra);
                     restore(shared, p, buf)?;
                     free_slot(shared, p)?;
-                    settle(shared, p, Page::ReadAhead);
+                    resident = settle(shared, p, Page::ReadAhead);
                 }
-                evict::after_fill(shared);
+                evict::after_fill(shared, resident);
                 return Ok(());
             }
         }
@@ -257,7 +257,14 @@ fn fill(shared: &Shared, page: usize, src: Option<&[u8]>) -> Result<(), String> 
     Err(format!("filling page {page}: the mapping kept changing"))
 }
 
-fn settle(shared: &Shared, page: usize, now: Page) {
-    shared.table.lock().settle_filled(page, now);
+/// Ends a fill; returns the resident pages now (for [`evict::after_fill`], without taking
+/// the lock again).
+fn settle(shared: &Shared, page: usize, now: Page) -> usize {
+    let resident = {
+        let mut t = shared.table.lock();
+        t.settle_filled(page, now);
+        t.resident()
+    };
     shared.moved.notify_all();
+    resident
 }

@@ -134,10 +134,7 @@ impl Region {
     }
 
     fn check(&self) -> Result<()> {
-        match self.shared.failure() {
-            Some(reason) if self.shared.failed() => Err(Error::Failed(reason)),
-            _ => Ok(()),
-        }
+        self.shared.check()
     }
 
     /// Copies bytes at `offset` into `buf`, faulting evicted pages back in.
@@ -202,16 +199,15 @@ impl Region {
                 Error::Failed(e)
             })?;
             done += round.evicted;
-            if round.refused || (round.taken > 0 && round.evicted == 0) {
-                // Refused, or nothing taken could go (unreadable, gone meanwhile).
+            if round.refused {
                 break;
             }
-            if round.taken == 0 {
-                // Nothing to take now: either nothing is resident, or what is is on its
-                // way (the evictor or a handler has it): wait for it to settle.
+            if round.evicted == 0 {
+                // Nothing went: what is left either cannot go (unreadable) or is on its way
+                // (a fill or the evictor has it). Wait for the latter; stop at the former.
                 let s = &*self.shared;
                 let mut t = s.table.lock();
-                if t.resident() == 0 || s.failed() {
+                if t.busy() == 0 || s.failed() {
                     break;
                 }
                 s.moved
@@ -266,10 +262,7 @@ impl Region {
 
     /// Why the region failed, if it did.
     pub fn failure(&self) -> Option<String> {
-        self.shared
-            .failed()
-            .then(|| self.shared.failure())
-            .flatten()
+        self.shared.failure()
     }
 
     /// The region's figures now.
@@ -359,10 +352,7 @@ impl Part<'_> {
     }
 
     fn check(&self) -> Result<()> {
-        if self.shared.failed() {
-            return Err(Error::Failed(self.shared.failure().unwrap_or_default()));
-        }
-        Ok(())
+        self.shared.check()
     }
 
     /// Copies bytes at `offset` of the part into `buf`.

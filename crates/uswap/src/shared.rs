@@ -86,8 +86,17 @@ impl Shared {
         self.failed.load(Ordering::Acquire)
     }
 
+    /// Why the region failed: set before the flag, so `Some` exactly once it failed.
     pub fn failure(&self) -> Option<String> {
         self.reason.lock().clone()
+    }
+
+    /// `Error::Failed` once the region failed.
+    pub fn check(&self) -> crate::Result<()> {
+        if self.failed() {
+            return Err(crate::Error::Failed(self.failure().unwrap_or_default()));
+        }
+        Ok(())
     }
 
     pub fn stopping(&self) -> bool {
@@ -129,7 +138,7 @@ impl Shared {
             vma_ra_max_order: ra.effective_max_order(),
             fault_latency: self.latency.snapshot().summary(),
             mm_stat: self.zram.mm_stat().format(),
-            failed: if self.failed() { self.failure() } else { None },
+            failed: self.failure(),
         }
     }
 
@@ -137,11 +146,15 @@ impl Shared {
     /// becomes inaccessible and every blocked thread is woken, so that it takes a SIGSEGV
     /// instead of waiting forever for a fault nobody will serve.
     pub fn fail(&self, reason: String) {
-        if self.failed.swap(true, Ordering::AcqRel) {
-            return;
+        {
+            let mut first = self.reason.lock();
+            if first.is_some() {
+                return;
+            }
+            tracing::error!("uswap region failed, tearing it down: {reason}");
+            *first = Some(reason);
         }
-        tracing::error!("uswap region failed, tearing it down: {reason}");
-        *self.reason.lock() = Some(reason);
+        self.failed.store(true, Ordering::Release);
         if let Err(e) = self.pager.poison() {
             tracing::error!("uswap: making the failed region inaccessible: {e}");
         }

@@ -49,6 +49,8 @@ pub(crate) struct Table {
     fifo: VecDeque<u32>,
     resident: usize,
     evicted: usize,
+    /// Pages in the `Busy` state.
+    busy: usize,
     range_pages: usize,
     windows: Vec<Window>,
     pub readahead: ReadaheadConfig,
@@ -62,6 +64,7 @@ impl Table {
             fifo: VecDeque::new(),
             resident: 0,
             evicted: 0,
+            busy: 0,
             range_pages,
             windows: vec![Window::new(); pages.div_ceil(range_pages)],
             readahead,
@@ -80,6 +83,11 @@ impl Table {
         self.evicted
     }
 
+    /// Pages a handler or the evictor is moving now.
+    pub fn busy(&self) -> usize {
+        self.busy
+    }
+
     /// Marks a page busy, returning what it was.
     pub fn take(&mut self, page: usize) -> Page {
         let was = self.pages[page];
@@ -90,6 +98,7 @@ impl Table {
             Page::Untouched | Page::Busy | Page::Gone => {}
         }
         self.pages[page] = Page::Busy;
+        self.busy += 1;
         was
     }
 
@@ -105,6 +114,7 @@ impl Table {
     pub fn settle_filled(&mut self, page: usize, now: Page) {
         debug_assert!(self.pages[page] == Page::Busy && now.is_resident());
         self.pages[page] = now;
+        self.busy -= 1;
         self.fifo.push_back(page as u32);
     }
 
@@ -134,6 +144,9 @@ impl Table {
     }
 
     fn set(&mut self, page: usize, now: Page) {
+        if self.pages[page] == Page::Busy {
+            self.busy -= 1;
+        }
         match now {
             Page::Resident | Page::ReadAhead => self.resident += 1,
             Page::Evicted => self.evicted += 1,
@@ -227,20 +240,15 @@ impl Table {
         let mut stored = Vec::new();
         for p in first..first + count {
             match self.pages[p] {
-                Page::Busy => {}
-                Page::Untouched | Page::Gone => {
-                    if self.pages[p] != Page::Gone {
-                        self.pages[p] = now;
+                Page::Busy | Page::Gone => {}
+                Page::Untouched => self.pages[p] = now,
+                was => {
+                    // Out of the counts (through busy), into `now`, which counts nowhere.
+                    self.take(p);
+                    self.set(p, now);
+                    if was == Page::Evicted {
+                        stored.push(p);
                     }
-                }
-                Page::Evicted => {
-                    self.take(p);
-                    self.pages[p] = now;
-                    stored.push(p);
-                }
-                Page::Resident | Page::ReadAhead => {
-                    self.take(p);
-                    self.pages[p] = now;
                 }
             }
         }
@@ -252,7 +260,8 @@ impl Table {
     pub fn check(&self) {
         let r = self.pages.iter().filter(|p| p.is_resident()).count();
         let e = self.pages.iter().filter(|&&p| p == Page::Evicted).count();
-        assert_eq!((r, e), (self.resident, self.evicted));
+        let b = self.pages.iter().filter(|&&p| p == Page::Busy).count();
+        assert_eq!((r, e, b), (self.resident, self.evicted, self.busy));
     }
 }
 

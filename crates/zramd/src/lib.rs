@@ -14,7 +14,6 @@ pub mod listen;
 pub mod logging;
 pub mod metrics;
 pub mod nbd;
-pub mod programs;
 pub mod registry;
 pub mod serve;
 pub(crate) mod stream;

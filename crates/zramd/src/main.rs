@@ -277,7 +277,7 @@ fn stat(a: &StatArgs) -> anyhow::Result<()> {
     let value = control::call_value(&a.control.path(), &Request::Stat)?;
     if value.get("uswap").is_some() {
         // A program run by `zramd run`: its regions.
-        let figures: zramd::programs::ProgramFigures =
+        let figures: uswap::ProgramFigures =
             serde_json::from_value(value).context("parse the program's figures")?;
         if a.json {
             println!("{}", serde_json::to_string_pretty(&figures)?);

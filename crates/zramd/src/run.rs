@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use rustix::process::Signal;
-use zramd::programs::ProgramFigures;
+use uswap::ProgramFigures;
 
 use crate::forward::exit_code;
 

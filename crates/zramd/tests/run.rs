@@ -14,7 +14,7 @@ use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use zramd::programs::ProgramFigures;
+use uswap::ProgramFigures;
 
 /// What a child program does.
 const CHILD: &str = "ZRAMD_RUN_TEST_CHILD";

@@ -137,18 +137,13 @@ pub fn run(s: &Settings, tier: Tier, backing: Option<&Path>) -> anyhow::Result<T
     })
 }
 
-/// Evicts every resident page. `Region::evict_oldest` stops early when the background
-/// evictor holds the oldest pages at that moment, so it is asked again until none is left.
+/// Evicts every resident page (`evict_oldest` waits for pages the evictor has on their way).
 fn evict_all(region: &uswap::Region) -> anyhow::Result<()> {
-    for _ in 0..1000 {
-        let resident = region.stats().resident_pages;
-        if resident == 0 {
-            return Ok(());
-        }
-        if region.evict_oldest(resident as usize)? == 0 {
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-    }
+    region.evict_oldest(region.len() / PAGE)?;
     let resident = region.stats().resident_pages;
-    anyhow::bail!("{resident} pages stayed resident after evicting every page")
+    anyhow::ensure!(
+        resident == 0,
+        "{resident} pages stayed resident after evicting every page"
+    );
+    Ok(())
 }
