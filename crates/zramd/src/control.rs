@@ -1,6 +1,6 @@
 //! The control endpoint: a unix socket (never reachable from the network, mode 0600) that
-//! `zramd stat`, `compact`, `fold`, `reset`, `clear`, `set`, `idle`, `writeback`,
-//! `recompress` and `policy` talk to. One request per
+//! `zramd stat`, `compact`, `fold`, `reset`, `clear`, `add`, `remove`, `set`, `idle`,
+//! `writeback`, `recompress` and `policy` talk to. One request per
 //! connection: a line of JSON in, a line of JSON out.
 //!
 //! Bounded as every endpoint (`crate::endpoint`): at most [`MAX_CONNECTIONS`] at once (when
@@ -45,14 +45,23 @@ pub enum Request {
         /// Device name; all when absent.
         device: Option<String>,
     },
-    /// The kernel's reset: free all data and make the device uninitialized.
+    /// The kernel's reset: free all data and make the device uninitialized, its settings
+    /// back at their defaults ([`crate::device::reset_settings`]).
     Reset {
         /// Device name.
         device: String,
     },
     /// Free all data and zero the counters, keeping the size and settings (beyond the
-    /// kernel).
+    /// kernel; not a reset).
     Clear {
+        /// Device name.
+        device: String,
+    },
+    /// Add an uninitialized device `zramN` with the default settings (the kernel's
+    /// `hot_add`); the answer names it.
+    Add,
+    /// Remove a device (the kernel's `hot_remove`; refused while a client has it open).
+    Remove {
         /// Device name.
         device: String,
     },
@@ -125,6 +134,9 @@ pub struct Response {
     /// The policy and its figures, after the change or round asked for (`policy`).
     #[serde(default)]
     pub policy: Option<PolicyFigures>,
+    /// The device made (`add`).
+    #[serde(default)]
+    pub added: Option<String>,
 }
 
 /// What a `fold` pass did on one device.
@@ -209,6 +221,16 @@ pub fn handle(registry: &Registry, request: &Request) -> Response {
         },
         Request::Reset { device: name } => life_cycle(registry, name, Device::reset),
         Request::Clear { device: name } => life_cycle(registry, name, Device::clear),
+        Request::Add => Response {
+            added: Some(crate::hotplug::add(registry.exports()).1.name.clone()),
+            ..Response::ok()
+        },
+        Request::Remove { device: name } => {
+            match crate::hotplug::remove(registry.exports(), name) {
+                Ok(()) => Response::ok(),
+                Err(e) => Response::error(e),
+            }
+        }
         Request::Set {
             device: name,
             attr,
@@ -248,7 +270,7 @@ pub fn handle(registry: &Registry, request: &Request) -> Response {
         | Request::Recompress { device, .. }
         | Request::Policy { device, .. } => match registry.device(device) {
             None => Response::error(format!("no device named {device:?}")),
-            Some(d) => post_process(d, request)
+            Some(d) => post_process(&d, request)
                 .unwrap_or_else(|e| Response::error(format!("{device}: {e}"))),
         },
     }
@@ -312,7 +334,7 @@ fn life_cycle(
     let Some(d) = registry.device(name) else {
         return Response::error(format!("no device named {name:?}"));
     };
-    match change(d) {
+    match change(&d) {
         Ok(()) => Response {
             ok: true,
             ..Response::default()

@@ -1,14 +1,16 @@
 //! A named device slot with the kernel zram's life cycle: settings are chosen while it is
 //! uninitialized (`comp_algorithm`, `algorithm_params`), writing a `disksize` initializes it,
-//! `reset` frees everything and makes it uninitialized again — refused with `EBUSY` while it
-//! is open, as the kernel refuses it while the block device is open.
+//! `reset` frees everything and makes it uninitialized again, with the settings back at their
+//! defaults ([`reset_settings`]) — refused with `EBUSY` while it is open, as the kernel
+//! refuses it while the block device is open. `clear` (beyond the kernel) frees the data but
+//! keeps the size and settings.
 //!
 //! Front ends *open* a device ([`Device::open`]) for as long as they serve it (an NBD
 //! connection, an open FUSE `disk` file); the returned [`Opened`] keeps the device's data
 //! alive and counts as an opener.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use parking_lot::{Mutex, RwLock};
 use zram::{Policy, PolicyStats, Zram, ZramConfig};
@@ -38,6 +40,9 @@ pub enum DeviceError {
         /// What was written.
         value: String,
     },
+    /// The device was removed (`hot_remove`, `zramd remove`).
+    #[error("device was removed")]
+    Removed,
     /// The device refused the settings or the size (a bad setting, or no memory).
     #[error(transparent)]
     Zram(#[from] zram::Error),
@@ -58,6 +63,7 @@ impl DeviceError {
             DeviceError::Busy => libc::EBUSY,
             DeviceError::NotInitialized | DeviceError::Invalid { .. } => libc::EINVAL,
             DeviceError::Range { .. } => libc::ERANGE,
+            DeviceError::Removed => libc::ENODEV,
             DeviceError::Zram(e) => e.errno(),
         }
     }
@@ -72,6 +78,29 @@ pub struct Device {
     settings: Mutex<ZramConfig>,
     zram: RwLock<Option<Arc<Zram>>>,
     openers: Arc<AtomicUsize>,
+    /// Removed from its server: never opened or initialized again.
+    retired: AtomicBool,
+}
+
+/// The settings a device has after `reset`, as the kernel's reset brings back its
+/// compiled-in defaults: every setting an attribute file sets (`comp_algorithm`,
+/// `algorithm_params`, `recomp_algorithm`, `mem_limit`, `backing_dev`,
+/// `writeback_batch_size`, `unit_size`, `allocator`, `dedup`, `policy`) goes back to
+/// [`ZramConfig::default`]'s; the allocator's layout (chain size, geometry, header,
+/// shards), read-back readahead and background compaction, which no attribute sets, are
+/// kept from `kept`.
+pub fn reset_settings(kept: &ZramConfig) -> ZramConfig {
+    let defaults = ZramConfig::default();
+    ZramConfig {
+        disksize: kept.disksize,
+        readback_readahead: kept.readback_readahead,
+        auto_compact: kept.auto_compact.clone(),
+        pool: zram::PoolConfig {
+            allocator: defaults.pool.allocator,
+            ..kept.pool.clone()
+        },
+        ..defaults
+    }
 }
 
 /// A device held open by a front end.
@@ -109,6 +138,7 @@ impl Device {
             settings: Mutex::new(settings),
             zram: RwLock::new(None),
             openers: Arc::new(AtomicUsize::new(0)),
+            retired: AtomicBool::new(false),
         }
     }
 
@@ -147,6 +177,9 @@ impl Device {
     /// Opens the device for I/O; `None` when uninitialized.
     pub fn open(&self) -> Option<Opened> {
         let guard = self.zram.read();
+        if self.retired.load(Ordering::Acquire) {
+            return None;
+        }
         let zram = guard.clone()?;
         self.openers.fetch_add(1, Ordering::AcqRel);
         Some(Opened {
@@ -242,6 +275,9 @@ impl Device {
             return Err(DeviceError::invalid("disksize", "0"));
         }
         let mut zram = self.zram.write();
+        if self.retired.load(Ordering::Acquire) {
+            return Err(DeviceError::Removed);
+        }
         if zram.is_some() {
             return Err(DeviceError::Busy);
         }
@@ -253,20 +289,35 @@ impl Device {
         Ok(())
     }
 
-    /// Frees all data and makes the device uninitialized (`EBUSY` while open). The memory
-    /// limit is cleared, as the kernel clears it.
+    /// The kernel's reset: frees all data and makes the device uninitialized (`EBUSY` while
+    /// open), with its settings back at their defaults ([`reset_settings`]), as the
+    /// kernel's algorithm, parameters, memory limit and backing device go back to theirs.
     pub fn reset(&self) -> Result<(), DeviceError> {
         let mut zram = self.zram.write();
         if self.openers() > 0 {
             return Err(DeviceError::Busy);
         }
         let old = zram.take();
-        self.settings.lock().mem_limit = zram::Size(0);
+        {
+            let mut settings = self.settings.lock();
+            *settings = reset_settings(&settings);
+        }
         drop(zram);
         // Freeing the data (and waiting out a policy round, or a pass that still holds the
         // device) happens outside the lock, so other clients are not held up by it.
         drop(old);
         Ok(())
+    }
+
+    /// Marks the device removed and hands back its data for the caller to free (`EBUSY`
+    /// while open): from then on it is never opened or initialized again.
+    pub fn retire(&self) -> Result<Option<Arc<Zram>>, DeviceError> {
+        let mut zram = self.zram.write();
+        if self.openers() > 0 {
+            return Err(DeviceError::Busy);
+        }
+        self.retired.store(true, Ordering::Release);
+        Ok(zram.take())
     }
 
     /// Frees all data but keeps the device initialized with the same size and settings
@@ -334,6 +385,60 @@ mod tests {
         assert!(!d.initialized());
         assert_eq!(d.settings().mem_limit, zram::Size(0));
         assert_eq!(DeviceError::Busy.errno(), libc::EBUSY);
+        // Reset brings back the default algorithm, as the kernel's.
+        assert_eq!(d.settings().algorithm, ZramConfig::default().algorithm);
+        assert_ne!(d.settings().algorithm, zram::Algorithm::Zstd);
+    }
+
+    #[test]
+    fn reset_keeps_only_what_no_attribute_sets() {
+        let mut s = ZramConfig {
+            algorithm: zram::Algorithm::Zstd,
+            mem_limit: zram::Size(1 << 20),
+            unit_size: zram::Size(32 << 10),
+            dedup: true,
+            backing_dev: Some("/nowhere".into()),
+            readback_readahead: false,
+            auto_compact: None,
+            ..ZramConfig::default()
+        };
+        s.params.level = Some(9);
+        s.pool.chain_size = 4;
+        s.pool.allocator = zram::Allocator::Zbud;
+        let r = reset_settings(&s);
+        let d = ZramConfig::default();
+        assert_eq!(
+            (
+                r.algorithm,
+                r.params,
+                r.mem_limit,
+                r.unit_size,
+                r.dedup,
+                r.backing_dev
+            ),
+            (
+                d.algorithm,
+                d.params,
+                d.mem_limit,
+                d.unit_size,
+                d.dedup,
+                d.backing_dev
+            )
+        );
+        assert_eq!(r.pool.allocator, d.pool.allocator);
+        assert_eq!((r.pool.chain_size, r.readback_readahead), (4, false));
+        assert!(r.auto_compact.is_none());
+    }
+
+    #[test]
+    fn a_removed_device_is_never_opened_again() {
+        let d = Device::with_size("zram0", ZramConfig::default(), 1 << 20).unwrap();
+        let opened = d.open().unwrap();
+        assert!(matches!(d.retire(), Err(DeviceError::Busy)));
+        drop(opened);
+        assert!(d.retire().unwrap().is_some());
+        assert!(d.open().is_none());
+        assert_eq!(d.init(1 << 20).unwrap_err().errno(), libc::ENODEV);
     }
 
     /// A chain size outside 1..=16 is a bad setting (EINVAL, said as a chain size), not a

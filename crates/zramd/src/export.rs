@@ -5,6 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
+use parking_lot::RwLock;
+use zram::ZramConfig;
+
 use crate::device::Device;
 
 /// Kinds of requests a front end serves.
@@ -129,28 +132,125 @@ impl Export {
 }
 
 /// The exports a server offers; the first is the default (what the empty name selects).
+/// The set changes at run time (`hot_add`, `hot_remove`, `zramd add`/`remove`): readers
+/// take snapshots. Each export has an id, given in order from 0 and never reused, that the
+/// FUSE tree's inode numbers are made of.
 #[derive(Debug, Default)]
 pub struct ExportSet {
-    exports: Vec<Arc<Export>>,
+    slots: RwLock<Slots>,
+}
+
+#[derive(Debug, Default)]
+struct Slots {
+    exports: Vec<(u64, Arc<Export>)>,
+    next_id: u64,
+}
+
+/// Why an export cannot be removed, with the errnos of the kernel's `hot_remove`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RemoveError {
+    /// No export has this name (`ENODEV`).
+    #[error("no device named {0:?}")]
+    NotFound(String),
+    /// A front end holds the device open (`EBUSY`).
+    #[error("{name} is busy: {openers} client(s) have it open")]
+    Busy {
+        /// The device.
+        name: String,
+        /// How many hold it.
+        openers: usize,
+    },
+}
+
+impl RemoveError {
+    /// The errno the kernel's `hot_remove` returns for this.
+    pub fn errno(&self) -> i32 {
+        match self {
+            RemoveError::NotFound(_) => libc::ENODEV,
+            RemoveError::Busy { .. } => libc::EBUSY,
+        }
+    }
 }
 
 impl ExportSet {
     /// A set of exports (names must be unique; the first is the default).
     pub fn new(exports: Vec<Arc<Export>>) -> Self {
-        Self { exports }
-    }
-
-    /// The export with this name; the empty name selects the default export.
-    pub fn get(&self, name: &str) -> Option<&Arc<Export>> {
-        if name.is_empty() {
-            self.exports.first()
-        } else {
-            self.exports.iter().find(|e| e.name == name)
+        let next_id = exports.len() as u64;
+        Self {
+            slots: RwLock::new(Slots {
+                exports: (0..).zip(exports).collect(),
+                next_id,
+            }),
         }
     }
 
-    /// All exports.
-    pub fn iter(&self) -> impl Iterator<Item = &Arc<Export>> {
-        self.exports.iter()
+    /// The export with this name; the empty name selects the default export.
+    pub fn get(&self, name: &str) -> Option<Arc<Export>> {
+        let slots = self.slots.read();
+        let mut all = slots.exports.iter().map(|(_, e)| e);
+        if name.is_empty() {
+            all.next().cloned()
+        } else {
+            all.find(|e| e.name == name).cloned()
+        }
+    }
+
+    /// A snapshot of all exports, in order.
+    pub fn iter(&self) -> std::vec::IntoIter<Arc<Export>> {
+        let slots = self.slots.read();
+        let all: Vec<Arc<Export>> = slots.exports.iter().map(|(_, e)| Arc::clone(e)).collect();
+        all.into_iter()
+    }
+
+    /// A snapshot of all exports with their ids, in order.
+    pub fn with_ids(&self) -> Vec<(u64, Arc<Export>)> {
+        self.slots.read().exports.clone()
+    }
+
+    /// The export with this id.
+    pub fn by_id(&self, id: u64) -> Option<Arc<Export>> {
+        let slots = self.slots.read();
+        let found = slots.exports.iter().find(|(i, _)| *i == id);
+        found.map(|(_, e)| Arc::clone(e))
+    }
+
+    /// Adds an uninitialized device named `zramN`, N the lowest number no export's name
+    /// uses, with `settings` (the kernel's `hot_add`); returns N and the export.
+    pub fn add_zram(&self, settings: ZramConfig) -> (u32, Arc<Export>) {
+        let mut slots = self.slots.write();
+        let taken = |n: u32| {
+            let name = format!("zram{n}");
+            slots.exports.iter().any(|(_, e)| e.name == name)
+        };
+        let n = (0..=u32::MAX).find(|&n| !taken(n)).unwrap_or(u32::MAX);
+        let name = format!("zram{n}");
+        let device = Arc::new(Device::new(name.clone(), settings));
+        let export = Arc::new(Export::new(name, device, false));
+        let id = slots.next_id;
+        slots.next_id += 1;
+        slots.exports.push((id, Arc::clone(&export)));
+        (n, export)
+    }
+
+    /// Removes the export named `name` and frees its device (the kernel's `hot_remove`):
+    /// refused while a front end holds it open. Whoever still has the export from before
+    /// can no longer open it.
+    pub fn remove(&self, name: &str) -> Result<Arc<Export>, RemoveError> {
+        let mut slots = self.slots.write();
+        let at = slots
+            .exports
+            .iter()
+            .position(|(_, e)| e.name == name)
+            .ok_or_else(|| RemoveError::NotFound(name.to_owned()))?;
+        let export = Arc::clone(&slots.exports[at].1);
+        let data = export.device.retire().map_err(|_| RemoveError::Busy {
+            name: name.to_owned(),
+            openers: export.device.openers(),
+        })?;
+        slots.exports.remove(at);
+        drop(slots);
+        // The data is freed without the set's lock held.
+        drop(data);
+        Ok(export)
     }
 }

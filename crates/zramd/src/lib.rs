@@ -9,6 +9,7 @@ pub(crate) mod endpoint;
 pub mod export;
 pub mod figures;
 pub mod fuse;
+pub mod hotplug;
 pub mod human;
 pub mod listen;
 pub mod logging;

@@ -1,7 +1,7 @@
 //! `zramd`: compressed memory in userspace.
 //!
 //! `serve` runs compressed RAM disks over NBD; `stat`, `compact`, `fold`, `reset`, `clear`,
-//! `set`, `idle`, `writeback`, `recompress` and `policy` talk to a running server through
+//! `add`, `remove`, `set`, `idle`, `writeback`, `recompress` and `policy` talk to a running server through
 //! its control socket; `classes` prints the zsmalloc class table;
 //! `bench` runs the lab's measurements (the `zramd-lab` binary beside this one);
 //! `run` runs a program with its large mappings served by uswap regions.
@@ -49,8 +49,9 @@ enum Command {
         #[command(flatten)]
         control: ControlArg,
     },
-    /// The kernel's reset: free all data and make the device uninitialized (refused while
-    /// a client has it open); its size can then be set again (FUSE `disksize`).
+    /// The kernel's reset: free all data and make the device uninitialized, its algorithm
+    /// and other settings back at the defaults (refused while a client has it open); its
+    /// settings and size can then be set again (FUSE attribute files). `clear` keeps them.
     Reset {
         /// Device name.
         device: String,
@@ -58,8 +59,21 @@ enum Command {
         control: ControlArg,
     },
     /// Free all data of a device and zero its counters, keeping its size and settings
-    /// (beyond the kernel; refused while a client has it open).
+    /// (beyond the kernel, unlike `reset`; refused while a client has it open).
     Clear {
+        /// Device name.
+        device: String,
+        #[command(flatten)]
+        control: ControlArg,
+    },
+    /// Add an uninitialized device zramN with the default settings (the kernel's hot_add)
+    /// and print its name.
+    Add {
+        #[command(flatten)]
+        control: ControlArg,
+    },
+    /// Remove a device (the kernel's hot_remove; refused while a client has it open).
+    Remove {
         /// Device name.
         device: String,
         #[command(flatten)]
@@ -448,6 +462,15 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Clear { device, control } => {
             control::call(&control.path(), &Request::Clear { device })?;
+            Ok(())
+        }
+        Command::Add { control } => {
+            let r = control::call(&control.path(), &Request::Add)?;
+            println!("{}", r.added.unwrap_or_default());
+            Ok(())
+        }
+        Command::Remove { device, control } => {
+            control::call(&control.path(), &Request::Remove { device })?;
             Ok(())
         }
         Command::Set {

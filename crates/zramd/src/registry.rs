@@ -113,11 +113,11 @@ impl Registry {
     }
 
     /// The device with this name.
-    pub fn device(&self, name: &str) -> Option<&Arc<Device>> {
+    pub fn device(&self, name: &str) -> Option<Arc<Device>> {
         self.exports
             .iter()
             .find(|e| e.name == name)
-            .map(|e| &e.device)
+            .map(|e| Arc::clone(&e.device))
     }
 
     /// Snapshots of every device.

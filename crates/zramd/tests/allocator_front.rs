@@ -85,9 +85,14 @@ fn the_attribute_is_a_setting_taken_before_disksize() {
     );
     // fold needs shared objects.
     assert_eq!(write(&d, "fold", b"1"), Err(libc::EOPNOTSUPP));
-    // reset keeps the setting for the next disksize.
+    // reset brings back the default allocator, as the kernel's brings back its default
+    // algorithm.
     d.reset().unwrap();
-    assert_eq!(d.settings().pool.allocator, Allocator::Afmalloc);
+    assert_eq!(d.settings().pool.allocator, Allocator::Zsmalloc);
+    assert_eq!(
+        read(&d, "allocator").unwrap(),
+        "[zsmalloc] afmalloc zbud malloc\n"
+    );
 }
 
 #[test]

@@ -61,6 +61,11 @@ fn zramd_fold_runs_the_pass_and_stat_shows_its_figures() {
     // All initialized devices, in JSON; an uninitialized one is left out.
     let r = cli(&control, &["reset", "zram1"]);
     assert!(r.ok, "{}", r.stderr);
+    // Reset brought back the default (off), as the kernel's brings back its algorithm; the
+    // setting is chosen again for the next disksize.
+    let zram1 = server.registry.device("zram1").unwrap();
+    assert!(!zram1.settings().dedup);
+    zramd::sysfs::write(&zram1, "dedup", b"1").unwrap();
     let json: serde_json::Value =
         serde_json::from_str(&cli_ok(&control, &["fold", "--json"])).unwrap();
     let list = json.as_array().expect("a list");

@@ -1,7 +1,7 @@
 //! The `dedup` attribute (inline deduplication, beyond the kernel): `0`/`1`, a setting
 //! taken while the device is uninitialized and `EBUSY` once it is (as `comp_algorithm`),
-//! the value checked first; the setting reaches the device at `disksize` and outlives a
-//! `reset`, as the other settings do.
+//! the value checked first; the setting reaches the device at `disksize` and goes back to
+//! its default at `reset`, as the other settings do.
 
 mod common {
     pub mod prose;
@@ -57,9 +57,11 @@ fn dedup_is_a_setting_taken_before_disksize() {
     assert!(back == page);
     drop(z);
 
-    // reset keeps the settings (only mem_limit goes): it can be changed again.
+    // reset brings back the default (off), as the kernel's brings back its default
+    // algorithm; it can be changed again.
     write(&d, "reset", b"1").unwrap();
-    assert_eq!(read(&d, "dedup").unwrap(), "1\n");
+    assert_eq!(read(&d, "dedup").unwrap(), "0\n");
+    write(&d, "dedup", b"1\n").unwrap();
     write(&d, "dedup", b"0\n").unwrap();
     write(&d, "disksize", b"1M").unwrap();
     assert!(!d.zram().unwrap().dedup());

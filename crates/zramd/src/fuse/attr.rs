@@ -45,6 +45,19 @@ impl Texts {
         if !ATTRS[a].readable() {
             return Err(libc::EIO);
         }
+        self.read_with(fh, offset, size, || sysfs::read(device, ATTRS[a].name))
+    }
+
+    /// Up to `size` bytes from `offset` on of the text `make` makes for open file `fh`: it
+    /// is made by a read at offset 0, or the first read, and kept for the later ones (so
+    /// `hot_add`, whose reading makes a device, makes one per file opened and read whole).
+    pub fn read_with(
+        &self,
+        fh: u64,
+        offset: u64,
+        size: u32,
+        make: impl FnOnce() -> Result<String, i32>,
+    ) -> Result<Vec<u8>, i32> {
         let kept = match offset {
             0 => None,
             _ => self.open.lock().get(&fh).cloned(),
@@ -52,7 +65,7 @@ impl Texts {
         let text = match kept {
             Some(text) => text,
             None => {
-                let text = Arc::new(sysfs::read(device, ATTRS[a].name)?.into_bytes());
+                let text = Arc::new(make()?.into_bytes());
                 self.open.lock().insert(fh, Arc::clone(&text));
                 text
             }
@@ -84,16 +97,31 @@ impl Writers {
         if !ATTRS[a].writable() {
             return reply.error(Errno::from_i32(libc::EIO));
         }
+        let device = Arc::clone(device);
+        self.spawn(name, data, reply, move |data| {
+            sysfs::write(&device, name, data)
+        });
+    }
+
+    /// Runs `store` over `data` (its first page) on a thread of its own and answers `reply`
+    /// there: the bytes stored, or the errno `store` returns.
+    pub fn spawn(
+        &self,
+        name: &'static str,
+        data: &[u8],
+        reply: ReplyWrite,
+        store: impl FnOnce(&[u8]) -> Result<(), i32> + Send + 'static,
+    ) {
         if self.running.fetch_add(1, Ordering::AcqRel) >= MAX_WRITES {
             self.running.fetch_sub(1, Ordering::AcqRel);
             return reply.error(Errno::from_i32(libc::EBUSY));
         }
         let data = data[..data.len().min(WRITE_MAX)].to_vec();
-        let (device, running) = (Arc::clone(device), Arc::clone(&self.running));
+        let running = Arc::clone(&self.running);
         let spawned = std::thread::Builder::new()
             .name("zramd-attr".into())
             .spawn(move || {
-                match sysfs::write(&device, name, &data) {
+                match store(&data) {
                     Ok(()) => reply.written(data.len() as u32),
                     Err(code) => reply.error(Errno::from_i32(code)),
                 }

@@ -3,6 +3,11 @@
 //! `/sys/block/zramN` gives root: creating a file `EACCES`; `mkdir`, `unlink`, `rmdir`,
 //! `rename`, `symlink`, `link` and `mknod` of anything but a regular file `EPERM`.
 //!
+//! Beside the devices, the `zram-control` folder holds the kernel's `hot_add` (reading it
+//! adds a device and says its number) and `hot_remove` (writing a number removes that
+//! device), as `/sys/class/zram-control` ([`crate::hotplug`]). Devices come and go while
+//! the tree is mounted; their inode numbers are made of ids never reused.
+//!
 //! Every file is opened in direct-I/O mode so that nothing is cached twice: the disk's data
 //! stays compressed in zramd, not in the page cache. An open `disk` holds the device open,
 //! so `reset` answers `EBUSY` meanwhile, as the kernel's does. Opening an attribute file
@@ -27,10 +32,14 @@ use super::disk;
 use super::inode::{Node, ROOT, inode, node};
 use super::meta::{Change, Meta, MetaTable};
 use crate::device::Opened;
-use crate::export::ExportSet;
+use crate::export::{Export, ExportSet};
+use crate::hotplug;
 use crate::sysfs::ATTRS;
 
 const TTL: Duration = Duration::from_secs(1);
+
+/// The folder of `hot_add` and `hot_remove`, as `/sys/class/zram-control`.
+pub const CONTROL_DIR: &str = "zram-control";
 
 /// The filesystem.
 #[derive(Debug)]
@@ -71,8 +80,8 @@ impl ZramFs {
         }
     }
 
-    fn export(&self, i: usize) -> Option<&Arc<crate::export::Export>> {
-        self.exports.iter().nth(i)
+    fn export(&self, id: u64) -> Option<Arc<Export>> {
+        self.exports.by_id(id)
     }
 
     fn attr_of(&self, n: Node) -> Option<FileAttr> {
@@ -81,8 +90,12 @@ impl ZramFs {
                 FileType::Directory,
                 0o755,
                 0,
-                2 + self.exports.iter().count() as u32,
+                3 + self.exports.iter().count() as u32,
             ),
+            Node::Control => (FileType::Directory, 0o755, 0, 2),
+            // Reading hot_add changes the system: root's alone, as the kernel's.
+            Node::HotAdd => (FileType::RegularFile, 0o400, 4096, 1),
+            Node::HotRemove => (FileType::RegularFile, 0o200, 4096, 1),
             Node::Dir(d) => {
                 self.export(d)?;
                 (FileType::Directory, 0o755, 0, 2)
@@ -90,7 +103,9 @@ impl ZramFs {
             Node::Disk(d) => {
                 let e = self.export(d)?;
                 let size = e.device.zram().map_or(0, |z| z.disksize());
-                let perm = if e.read_only { 0o444 } else { 0o644 };
+                // The data is the owner's alone, as a block device's (the tree may be
+                // mounted for every user to see: `allow_other`).
+                let perm = if e.read_only { 0o400 } else { 0o600 };
                 (FileType::RegularFile, perm, size, 1)
             }
             Node::Attr(d, a) => {
@@ -155,11 +170,15 @@ impl Filesystem for ZramFs {
             return reply.error(Errno::ENOENT);
         };
         let found = match node(parent.0) {
+            Some(Node::Root) if name == CONTROL_DIR => Some(Node::Control),
             Some(Node::Root) => self
                 .exports
-                .iter()
-                .position(|e| e.name == name)
-                .map(Node::Dir),
+                .with_ids()
+                .into_iter()
+                .find(|(_, e)| e.name == name)
+                .map(|(id, _)| Node::Dir(id)),
+            Some(Node::Control) if name == "hot_add" => Some(Node::HotAdd),
+            Some(Node::Control) if name == "hot_remove" => Some(Node::HotRemove),
             Some(Node::Dir(d)) if name == "disk" => Some(Node::Disk(d)),
             Some(Node::Dir(d)) => ATTRS
                 .iter()
@@ -167,8 +186,14 @@ impl Filesystem for ZramFs {
                 .map(|a| Node::Attr(d, a)),
             _ => None,
         };
+        // A device's folder is looked up again at every use (no time to live), so a removed
+        // device is gone at once, as under /sys/block.
+        let ttl = match found {
+            Some(Node::Dir(_)) => Duration::ZERO,
+            _ => TTL,
+        };
         match found.and_then(|n| self.attr_of(n)) {
-            Some(attr) => reply.entry(&TTL, &attr, Generation(0)),
+            Some(attr) => reply.entry(&ttl, &attr, Generation(0)),
             None => reply.error(Errno::ENOENT),
         }
     }
@@ -245,7 +270,7 @@ impl Filesystem for ZramFs {
                 self.open_disks.write().insert(fh, opened);
                 reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO);
             }
-            Some(n @ Node::Attr(..)) => {
+            Some(n @ (Node::Attr(..) | Node::HotAdd | Node::HotRemove)) => {
                 // kernfs checks the file's mode bits for every caller, root too.
                 let Some(attr) = self.attr_of(n) else {
                     return reply.error(Errno::ENOENT);
@@ -275,13 +300,17 @@ impl Filesystem for ZramFs {
     ) {
         let r = match node(ino.0) {
             Some(Node::Disk(d)) => match (self.export(d), self.disk(fh)) {
-                (Some(e), Some(dev)) => disk::read(e, &dev, offset, size),
+                (Some(e), Some(dev)) => disk::read(&e, &dev, offset, size),
                 _ => Err(libc::EBADF),
             },
             Some(Node::Attr(d, a)) => match self.export(d) {
                 Some(e) => self.attr_texts.read(&e.device, a, fh.0, offset, size),
                 None => Err(libc::ENOENT),
             },
+            Some(Node::HotAdd) => self.attr_texts.read_with(fh.0, offset, size, || {
+                Ok(format!("{}\n", hotplug::add(&self.exports).0))
+            }),
+            Some(Node::HotRemove) => Err(libc::EIO),
             _ => Err(libc::EISDIR),
         };
         match r {
@@ -304,7 +333,7 @@ impl Filesystem for ZramFs {
     ) {
         match node(ino.0) {
             Some(Node::Disk(d)) => match (self.export(d), self.disk(fh)) {
-                (Some(e), Some(dev)) => match disk::write(e, &dev, offset, data) {
+                (Some(e), Some(dev)) => match disk::write(&e, &dev, offset, data) {
                     Ok(n) => reply.written(n),
                     Err(code) => reply.error(errno(code)),
                 },
@@ -314,6 +343,14 @@ impl Filesystem for ZramFs {
                 Some(e) => self.attr_writers.write(&e.device, a, data, reply),
                 None => reply.error(Errno::ENOENT),
             },
+            Some(Node::HotRemove) => {
+                let exports = Arc::clone(&self.exports);
+                self.attr_writers
+                    .spawn("hot_remove", data, reply, move |text| {
+                        hotplug::remove_store(&exports, text)
+                    });
+            }
+            Some(Node::HotAdd) => reply.error(errno(libc::EIO)),
             _ => reply.error(errno(libc::EISDIR)),
         }
     }
@@ -458,8 +495,25 @@ impl Filesystem for ZramFs {
             Some(Node::Root) => {
                 entries.push((ROOT, FileType::Directory, ".".into()));
                 entries.push((ROOT, FileType::Directory, "..".into()));
-                for (i, e) in self.exports.iter().enumerate() {
-                    entries.push((inode(Node::Dir(i)), FileType::Directory, e.name.clone()));
+                entries.push((
+                    inode(Node::Control),
+                    FileType::Directory,
+                    CONTROL_DIR.into(),
+                ));
+                for (id, e) in self.exports.with_ids() {
+                    entries.push((inode(Node::Dir(id)), FileType::Directory, e.name.clone()));
+                }
+            }
+            Some(Node::Control) => {
+                entries.push((inode(Node::Control), FileType::Directory, ".".into()));
+                entries.push((ROOT, FileType::Directory, "..".into()));
+                for n in [Node::HotAdd, Node::HotRemove] {
+                    let name = if n == Node::HotAdd {
+                        "hot_add"
+                    } else {
+                        "hot_remove"
+                    };
+                    entries.push((inode(n), FileType::RegularFile, name.into()));
                 }
             }
             Some(Node::Dir(d)) if self.export(d).is_some() => {
@@ -523,7 +577,7 @@ impl Filesystem for ZramFs {
             return reply.error(errno(libc::EOPNOTSUPP));
         };
         let r = match self.export(d) {
-            Some(e) => disk::fallocate(e, &dev, offset, length, mode),
+            Some(e) => disk::fallocate(&e, &dev, offset, length, mode),
             None => Err(libc::ENOENT),
         };
         match r {

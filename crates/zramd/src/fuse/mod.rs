@@ -1,6 +1,7 @@
 //! The FUSE export: a folder per device with `disk` (a regular file of disksize bytes) beside
 //! the kernel's attribute files ([`crate::sysfs`]), so `echo 1 > DIR/zram0/compact` and
-//! `cat DIR/zram0/mm_stat` work as on `/sys/block/zram0`.
+//! `cat DIR/zram0/mm_stat` work as on `/sys/block/zram0`, and a `zram-control` folder with
+//! `hot_add` and `hot_remove`, as `/sys/class/zram-control`.
 //!
 //! - `fs`: the file system ([`ZramFs`]): the tree, and sysfs's errnos for what it does not
 //!   allow (creating, removing, renaming, linking);
@@ -25,5 +26,5 @@ mod inode;
 mod meta;
 mod mount;
 
-pub use fs::ZramFs;
+pub use fs::{CONTROL_DIR, ZramFs};
 pub use mount::{Mounted, mount, session_threads};

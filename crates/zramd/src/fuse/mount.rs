@@ -41,12 +41,39 @@ pub fn mount(exports: Arc<ExportSet>, dir: &Path) -> io::Result<Mounted> {
         // The kernel checks modes and owners for every caller, as for any file system.
         fuser::MountOption::DefaultPermissions,
     ];
+    // Every user may read what the modes allow, as in sysfs, where the system lets us.
+    match allow_other() {
+        Ok(()) => config.acl = fuser::SessionACL::All,
+        Err(why) => tracing::info!(
+            "the FUSE tree at {} is for this user alone: {why}",
+            dir.display()
+        ),
+    }
     config.n_threads = Some(session_threads());
     let session = fuser::spawn_mount(ZramFs::new(exports), dir, &config)?;
     Ok(Mounted {
         session,
         dir: dir.to_owned(),
     })
+}
+
+/// May the tree be mounted for every user (`allow_other`)? Root may; another user only
+/// where `/etc/fuse.conf` says `user_allow_other`. `Err` says why not.
+fn allow_other() -> Result<(), String> {
+    if rustix::process::geteuid().is_root() {
+        return Ok(());
+    }
+    let conf = std::fs::read_to_string("/etc/fuse.conf").unwrap_or_default();
+    match user_allow_other(&conf) {
+        true => Ok(()),
+        false => Err("/etc/fuse.conf has no user_allow_other line".into()),
+    }
+}
+
+/// Does a fuse.conf text allow non-root users `allow_other`?
+fn user_allow_other(conf: &str) -> bool {
+    conf.lines()
+        .any(|l| l.split('#').next().unwrap_or_default().trim() == "user_allow_other")
 }
 
 /// The threads answering the tree's requests: one per CPU, at least two.
@@ -201,6 +228,14 @@ fn unmount_dir(dir: &Path, lazy: bool) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fuse_conf_is_read_for_user_allow_other() {
+        assert!(user_allow_other("# comment\nuser_allow_other\n"));
+        assert!(user_allow_other("  user_allow_other  # yes\n"));
+        assert!(!user_allow_other("#user_allow_other\nmount_max = 1000\n"));
+        assert!(!user_allow_other(""));
+    }
 
     #[test]
     fn mountinfo_paths_are_unescaped() {

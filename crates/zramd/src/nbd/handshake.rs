@@ -229,7 +229,7 @@ impl<C: Conn> Negotiation<'_, C> {
                 let export = parse_string(data)
                     .ok()
                     .and_then(|name| self.exports.get(name));
-                let Some(export) = export.cloned() else {
+                let Some(export) = export else {
                     warn!(
                         peer = self.peer,
                         "nbd: EXPORT_NAME of an unknown export; closing"
@@ -307,7 +307,7 @@ impl<C: Conn> Negotiation<'_, C> {
             self.error(option, REP_ERR_INVALID, "malformed NBD_OPT_INFO/GO data")?;
             return Ok(None);
         };
-        let Some(export) = self.exports.get(req.name).cloned() else {
+        let Some(export) = self.exports.get(req.name) else {
             self.error(option, REP_ERR_UNKNOWN, "no such export")?;
             return Ok(None);
         };
@@ -371,7 +371,7 @@ impl<C: Conn> Negotiation<'_, C> {
         let Ok(req) = MetaContextRequest::parse(data) else {
             return self.error(option, REP_ERR_INVALID, "malformed meta context data");
         };
-        let Some(export) = self.exports.get(req.name).cloned() else {
+        let Some(export) = self.exports.get(req.name) else {
             return self.error(option, REP_ERR_UNKNOWN, "no such export");
         };
         let mut selected = list && req.queries.is_empty();

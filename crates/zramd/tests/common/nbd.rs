@@ -115,7 +115,7 @@ impl Server {
     }
 
     pub fn export(&self, name: &str) -> Arc<Export> {
-        Arc::clone(self.exports.get(name).expect("export"))
+        self.exports.get(name).expect("export")
     }
 
     /// An NBD URI for libnbd-based tools and fio.
