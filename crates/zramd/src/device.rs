@@ -94,10 +94,10 @@ pub fn reset_settings(kept: &ZramConfig) -> ZramConfig {
     ZramConfig {
         disksize: kept.disksize,
         readback_readahead: kept.readback_readahead,
-        auto_compact: kept.auto_compact.clone(),
+        auto_compact: kept.auto_compact,
         pool: zram::PoolConfig {
             allocator: defaults.pool.allocator,
-            ..kept.pool.clone()
+            ..kept.pool
         },
         ..defaults
     }
