@@ -109,19 +109,7 @@ fn list_exports() {
     let server = Server::start(SIZE, test_config());
     let mut c = server.connect();
     c.greet();
-    c.option(OPT_LIST, &[]);
-    let mut names = Vec::new();
-    loop {
-        let r = c.opt_reply();
-        match r.reply_type {
-            REP_SERVER => {
-                let len = u32::from_be_bytes(r.data[0..4].try_into().unwrap()) as usize;
-                names.push(String::from_utf8(r.data[4..4 + len].to_vec()).unwrap());
-            }
-            REP_ACK => break,
-            t => panic!("reply {t:#x}"),
-        }
-    }
+    let names = c.list();
     assert_eq!(names, ["zram0", "ro"]);
     c.option(OPT_LIST, b"junk");
     assert_eq!(c.opt_reply().reply_type, REP_ERR_INVALID);

@@ -129,23 +129,6 @@ fn reset_brings_back_the_default_algorithm_and_clear_keeps_it() {
     server.stop();
 }
 
-/// The names `NBD_OPT_LIST` gives.
-fn listed(c: &mut Client) -> Vec<String> {
-    c.option(OPT_LIST, &[]);
-    let mut names = Vec::new();
-    loop {
-        let r = c.opt_reply();
-        match r.reply_type {
-            REP_SERVER => {
-                let len = u32::from_be_bytes(r.data[0..4].try_into().unwrap()) as usize;
-                names.push(String::from_utf8(r.data[4..4 + len].to_vec()).unwrap());
-            }
-            REP_ACK => return names,
-            t => panic!("reply {t:#x}"),
-        }
-    }
-}
-
 #[test]
 fn a_hot_added_device_is_an_nbd_export_until_removed() {
     let server = NbdServer::start(1 << 20, test_config());
@@ -155,7 +138,7 @@ fn a_hot_added_device_is_an_nbd_export_until_removed() {
 
     let mut c = server.connect();
     c.greet();
-    assert_eq!(listed(&mut c), ["zram0", "ro", "zram1"]);
+    assert_eq!(c.list(), ["zram0", "ro", "zram1"]);
     let (size, _) = c.go("zram1", false);
     assert_eq!(size, 2 << 20);
     c.request(CMD_WRITE, 0, 1, 0, 4096);
@@ -182,7 +165,7 @@ fn a_hot_added_device_is_an_nbd_export_until_removed() {
 
     let mut c = server.connect();
     c.greet();
-    assert_eq!(listed(&mut c), ["zram0", "ro"]);
+    assert_eq!(c.list(), ["zram0", "ro"]);
     c.option(OPT_GO, &Client::info_data("zram1", &[]));
     assert_eq!(c.opt_reply().reply_type, REP_ERR_UNKNOWN);
     drop(c);

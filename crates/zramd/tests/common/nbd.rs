@@ -324,6 +324,23 @@ impl Client {
         }
     }
 
+    /// The export names `NBD_OPT_LIST` gives.
+    pub fn list(&mut self) -> Vec<String> {
+        self.option(OPT_LIST, &[]);
+        let mut names = Vec::new();
+        loop {
+            let r = self.opt_reply();
+            match r.reply_type {
+                REP_SERVER => {
+                    let len = u32::from_be_bytes(r.data[0..4].try_into().unwrap()) as usize;
+                    names.push(String::from_utf8(r.data[4..4 + len].to_vec()).unwrap());
+                }
+                REP_ACK => return names,
+                t => panic!("reply {t:#x}"),
+            }
+        }
+    }
+
     /// INFO/GO data for `name` with these information requests.
     pub fn info_data(name: &str, requests: &[u16]) -> Vec<u8> {
         let mut d = Vec::new();
