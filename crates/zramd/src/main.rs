@@ -9,6 +9,7 @@
 mod classes;
 mod forward;
 mod run;
+mod top;
 
 use std::path::PathBuf;
 
@@ -123,6 +124,9 @@ enum Command {
     /// Run a measurement and print its figures (`--input FILE`: the device; `pool`: the
     /// allocator). Runs `zramd-lab bench` with the same arguments.
     Bench(forward::Args),
+    /// A refreshing table of every device of a running server: data, compressed, total,
+    /// ratio, I/O rates and policy activity.
+    Top(top::Args),
     /// Run a program with its large anonymous mappings served by uswap regions (compressed
     /// beyond --budget each, with seed 002's readahead) through an LD_PRELOAD shim; print
     /// their figures at exit (`zramd stat --control PATH` shows them while it runs).
@@ -517,5 +521,6 @@ fn main() -> anyhow::Result<()> {
         Command::Classes(args) => classes::run(&args),
         Command::Bench(args) => forward::run(&args),
         Command::Run(args) => run::run(&args),
+        Command::Top(args) => top::run(&args),
     }
 }
