@@ -10,6 +10,9 @@ use prometheus_client::encoding::DescriptorEncoder;
 use super::family::{Kind, Of, Value, family};
 use crate::table::{Counts, Table};
 
+/// A counter per server: name, help, and which count it is.
+type Total = (&'static str, &'static str, fn(&Counts) -> u64);
+
 /// The connection tables to report, by server name (`nbd`, `metrics`).
 #[derive(Debug)]
 pub(crate) struct Connections(pub(crate) Vec<Arc<Table>>);
@@ -33,18 +36,23 @@ impl Collector for Connections {
         });
         let help = "Connections open now (starting: NBD handshake or request not read yet)";
         family(&mut encoder, ("connections", Of::Count, Gauge, help), open)?;
-        let help = "Connections accepted";
-        family(
-            &mut encoder,
-            ("connections_accepted", Of::Count, Counter, help),
-            per_server(|c| c.accepted),
-        )?;
-        let help = "Connections refused at once because every connection was busy";
-        family(
-            &mut encoder,
-            ("connections_refused", Of::Count, Counter, help),
-            per_server(|c| c.refused),
-        )?;
+        let totals: [Total; 2] = [
+            ("connections_accepted", "Connections accepted", |c| {
+                c.accepted
+            }),
+            (
+                "connections_refused",
+                "Connections refused at once because every connection was busy",
+                |c| c.refused,
+            ),
+        ];
+        for (name, help, read) in totals {
+            family(
+                &mut encoder,
+                (name, Of::Count, Counter, help),
+                per_server(read),
+            )?;
+        }
         let closed = counts.iter().flat_map(|(server, c)| {
             [
                 ("evicted", c.evicted),

@@ -38,6 +38,9 @@ impl Of {
     }
 }
 
+/// A family's name (without unit and type suffixes), unit, type and help.
+pub(super) type Descriptor<'a> = (&'a str, Of, Kind, &'a str);
+
 /// A sample's value: whole or fractional.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) enum Value {
@@ -50,7 +53,7 @@ pub(super) enum Value {
 /// The descriptor of a family; samples follow on the encoder it returns.
 fn descriptor<'a>(
     encoder: &'a mut DescriptorEncoder<'_>,
-    (name, _, kind, help): (&'a str, Of, Kind, &str),
+    (name, _, kind, help): Descriptor<'a>,
     unit: Option<&'a Unit>,
 ) -> Result<MetricEncoder<'a>, fmt::Error> {
     let metric_type = match kind {
@@ -73,7 +76,7 @@ fn put(sample: &mut MetricEncoder<'_>, kind: Kind, value: Value) -> fmt::Result 
 /// One family: its descriptor, then a sample per `(labels, value)`.
 pub(super) fn family<L: EncodeLabelSet>(
     encoder: &mut DescriptorEncoder<'_>,
-    d: (&str, Of, Kind, &str),
+    d: Descriptor<'_>,
     samples: impl IntoIterator<Item = (L, Value)>,
 ) -> fmt::Result {
     let unit = d.1.unit();
@@ -87,7 +90,7 @@ pub(super) fn family<L: EncodeLabelSet>(
 /// A family with one sample and no labels.
 pub(super) fn single(
     encoder: &mut DescriptorEncoder<'_>,
-    d: (&str, Of, Kind, &str),
+    d: Descriptor<'_>,
     value: Value,
 ) -> fmt::Result {
     let unit = d.1.unit();

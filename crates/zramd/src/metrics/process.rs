@@ -8,7 +8,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::MetricType;
 
-use super::family::{Kind, Of, Value, single};
+use super::family::{Descriptor, Kind, Of, Value, single};
 
 /// What `/proc/self/stat` says of the process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,59 +56,71 @@ pub(super) struct Process;
 impl Collector for Process {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
         use Kind::{Counter, Gauge};
+        let mut figures: Vec<(Descriptor<'_>, Value)> = Vec::new();
         let stat = std::fs::read_to_string("/proc/self/stat")
             .ok()
             .and_then(|l| parse_stat(&l));
         let ticks = rustix::param::clock_ticks_per_second() as f64;
         if let Some(s) = stat {
             let cpu = (s.utime + s.stime) as f64 / ticks;
-            let help = "Total user and system CPU time spent in seconds";
-            single(
-                &mut encoder,
-                ("process_cpu", Of::Seconds, Counter, help),
-                Value::Float(cpu),
-            )?;
             let rss = s.rss.saturating_mul(rustix::param::page_size() as u64);
-            let help = "Resident memory size in bytes";
-            single(
-                &mut encoder,
-                ("process_resident_memory", Of::Bytes, Gauge, help),
-                Value::Int(rss),
-            )?;
-            let help = "Virtual memory size in bytes";
-            single(
-                &mut encoder,
-                ("process_virtual_memory", Of::Bytes, Gauge, help),
-                Value::Int(s.vsize),
-            )?;
+            figures.extend([
+                (
+                    (
+                        "process_cpu",
+                        Of::Seconds,
+                        Counter,
+                        "Total user and system CPU time spent in seconds",
+                    ),
+                    Value::Float(cpu),
+                ),
+                (
+                    (
+                        "process_resident_memory",
+                        Of::Bytes,
+                        Gauge,
+                        "Resident memory size in bytes",
+                    ),
+                    Value::Int(rss),
+                ),
+                (
+                    (
+                        "process_virtual_memory",
+                        Of::Bytes,
+                        Gauge,
+                        "Virtual memory size in bytes",
+                    ),
+                    Value::Int(s.vsize),
+                ),
+            ]);
             if let Some(boot) = boot_time() {
                 let start = boot as f64 + s.starttime as f64 / ticks;
                 let help = "Start time of the process since unix epoch in seconds";
-                single(
-                    &mut encoder,
+                figures.push((
                     ("process_start_time", Of::Seconds, Gauge, help),
                     Value::Float(start),
-                )?;
+                ));
             }
         }
         if let Ok(dir) = std::fs::read_dir("/proc/self/fd") {
             // The directory being read holds one descriptor of its own.
             let open = dir.count().saturating_sub(1) as u64;
             let help = "Number of open file descriptors";
-            single(
-                &mut encoder,
+            figures.push((
                 ("process_open_fds", Of::Count, Gauge, help),
                 Value::Int(open),
-            )?;
+            ));
         }
         let nofile = rustix::process::getrlimit(rustix::process::Resource::Nofile);
         if let Some(limit) = nofile.current {
             let help = "Maximum number of open file descriptors";
-            single(
-                &mut encoder,
+            figures.push((
                 ("process_max_fds", Of::Count, Gauge, help),
                 Value::Int(limit),
-            )?;
+            ));
+        }
+        for (descriptor, value) in figures {
+            single(&mut encoder, descriptor, value)?;
         }
         Ok(())
     }
