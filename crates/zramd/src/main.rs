@@ -11,6 +11,7 @@ mod classes;
 mod forward;
 mod manual;
 mod run;
+mod top;
 
 use std::path::PathBuf;
 
@@ -125,6 +126,9 @@ enum Command {
     /// Run a measurement and print its figures (`--input FILE`: the device; `pool`: the
     /// allocator). Runs `zramd-lab bench` with the same arguments.
     Bench(forward::Args),
+    /// A refreshing table of every device of a running server: data, compressed, total,
+    /// ratio, I/O rates and policy activity.
+    Top(top::Args),
     /// Run a program with its large anonymous mappings served by uswap regions (compressed
     /// beyond --budget each, with seed 002's readahead) through an LD_PRELOAD shim; print
     /// their figures at exit (`zramd stat --control PATH` shows them while it runs).
@@ -536,5 +540,6 @@ fn cli_main() -> anyhow::Result<()> {
         Command::Run(args) => run::run(&args),
         Command::Completions(a) => manual::completions(&a, Cli::command()),
         Command::Man(a) => manual::man(&a, Cli::command()),
+        Command::Top(args) => top::run(&args),
     }
 }

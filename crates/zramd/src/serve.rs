@@ -334,10 +334,11 @@ impl Server {
         }
         if let (Ok(()), Some(l)) = (&started, metrics) {
             let (reg, stop) = (Arc::clone(&registry), Arc::clone(&shutdown));
+            let nbd = Arc::clone(&service);
             started = spawn(
                 "metrics",
                 Box::new(move || {
-                    if let Err(e) = crate::metrics::serve(l, reg, stop) {
+                    if let Err(e) = crate::metrics::serve(l, reg, &nbd, stop) {
                         tracing::error!("metrics: {e}");
                     }
                 }),
