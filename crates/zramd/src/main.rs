@@ -1,8 +1,8 @@
 //! `zramd`: compressed memory in userspace.
 //!
 //! `serve` runs compressed RAM disks over NBD; `stat`, `compact`, `fold`, `reset`, `clear`,
-//! `add`, `remove`, `set`, `idle`, `writeback`, `recompress` and `policy` talk to a running server through
-//! its control socket; `classes` prints the zsmalloc class table;
+//! `add`, `remove`, `set`, `idle`, `writeback`, `recompress` and `policy` talk to a running
+//! server through its control socket; `classes` prints the zsmalloc class table;
 //! `bench` runs the lab's measurements (the `zramd-lab` binary beside this one);
 //! `run` runs a program with its large mappings served by uswap regions; `completions` and
 //! `man` print shell completions and man pages.

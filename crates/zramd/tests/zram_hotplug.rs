@@ -175,3 +175,17 @@ fn a_hot_added_device_is_an_nbd_export_until_removed() {
     );
     server.assert_serving();
 }
+
+#[test]
+fn a_device_named_as_the_control_folder_is_refused_by_the_tree() {
+    let tmp = tempfile::tempdir().unwrap();
+    let set = zramd::export::ExportSet::new(vec![std::sync::Arc::new(zramd::export::Export::new(
+        "zram-control",
+        common::nbd::device(1 << 20),
+        false,
+    ))]);
+    // Refused before anything is mounted: no FUSE needed.
+    let err = zramd::fuse::mount(std::sync::Arc::new(set), tmp.path()).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    assert!(err.to_string().contains("zram-control"), "{err}");
+}

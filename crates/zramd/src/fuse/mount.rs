@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
-use super::fs::ZramFs;
+use super::fs::{CONTROL_DIR, ZramFs};
 use crate::export::ExportSet;
 
 /// The tree, mounted.
@@ -27,10 +27,18 @@ pub struct Mounted {
     dir: PathBuf,
 }
 
-/// Mounts the exports at `dir` (refused if something is mounted there; a dead FUSE mount
-/// is detached first). The tree lasts until [`Mounted::unmount`], or until the returned
+/// Mounts the exports at `dir` (refused if something is mounted there, or if a device is
+/// named as the `zram-control` folder; a dead FUSE mount is detached first). The tree lasts until [`Mounted::unmount`], or until the returned
 /// value is dropped (then fuser unmounts it, if nothing holds it).
 pub fn mount(exports: Arc<ExportSet>, dir: &Path) -> io::Result<Mounted> {
+    if exports.get(CONTROL_DIR).is_some() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "a device named {CONTROL_DIR} would be hidden by the tree's {CONTROL_DIR} folder; rename it"
+            ),
+        ));
+    }
     prepare(dir)?;
     let mut config = fuser::Config::default();
     config.mount_options = vec![
