@@ -13,6 +13,7 @@ pub mod fuse;
 pub mod generator;
 pub mod hotplug;
 pub mod human;
+pub mod image;
 pub mod listen;
 pub mod logging;
 pub mod metrics;
