@@ -292,7 +292,7 @@ impl<C: Conn> Negotiation<'_, C> {
                     let list: Vec<(String, String)> = self
                         .exports
                         .iter()
-                        .map(|e| (e.name.clone(), description(e)))
+                        .map(|e| (e.name.clone(), description(&e)))
                         .collect();
                     for (name, text) in list {
                         self.reply(option, REP_SERVER, &rep_server(&name, &text))?;
