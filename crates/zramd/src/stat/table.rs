@@ -48,7 +48,7 @@ pub fn render(cols: &[Col], rows: &[Vec<String>], style: Style) -> String {
     let mut out = String::new();
     if style.raw {
         for line in lines {
-            let cells: Vec<String> = line.iter().map(|c| raw_cell(c)).collect();
+            let cells: Vec<String> = line.iter().map(|c| escape(c, true)).collect();
             out.push_str(&cells.join(" "));
             out.push('\n');
         }
@@ -56,7 +56,7 @@ pub fn render(cols: &[Col], rows: &[Vec<String>], style: Style) -> String {
     }
     let safe: Vec<Vec<String>> = lines
         .iter()
-        .map(|line| line.iter().map(|c| safe_cell(c)).collect())
+        .map(|line| line.iter().map(|c| escape(c, false)).collect())
         .collect();
     // The cells' widths, the header's apart.
     let cells = &safe[safe.len() - rows.len()..];
@@ -111,25 +111,11 @@ fn hex(out: &mut String, c: char) {
 }
 
 /// A cell with its control characters (and backslashes, so the escapes read back) as
-/// `\xHH`.
-fn safe_cell(s: &str) -> String {
+/// `\xHH`; with `blanks`, spaces too (raw output, whose cells split at spaces).
+fn escape(s: &str, blanks: bool) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
-        if c.is_control() || c == '\\' {
-            hex(&mut out, c);
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// A raw cell: as [`safe_cell`], and blanks (space, tab) as `\xHH` too, so the cells of a
-/// line split at spaces.
-fn raw_cell(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if c.is_control() || c == '\\' || c == ' ' {
+        if c.is_control() || c == '\\' || (blanks && c == ' ') {
             hex(&mut out, c);
         } else {
             out.push(c);
@@ -148,6 +134,10 @@ mod tests {
             right,
             hint,
         }
+    }
+
+    const fn style(noheadings: bool, raw: bool) -> Style {
+        Style { noheadings, raw }
     }
 
     fn rows(rows: &[&[&str]]) -> Vec<Vec<String>> {
@@ -185,12 +175,8 @@ mod tests {
         // The header's width counts without the header line; the last column, aligned
         // left, is not padded.
         let cols = [col("ALGORITHM", false, 3), col("NAME", false, 0)];
-        let noheadings = Style {
-            noheadings: true,
-            raw: false,
-        };
         assert_eq!(
-            render(&cols, &rows(&[&["lz4", "/dev/zram1"]]), noheadings),
+            render(&cols, &rows(&[&["lz4", "/dev/zram1"]]), style(true, false)),
             "lz4       /dev/zram1\n"
         );
         assert_eq!(render(&cols, &[], Style::default()), "");
@@ -199,12 +185,8 @@ mod tests {
     #[test]
     fn raw_cells_are_escaped() {
         let cols = [col("NAME", false, 0), col("EXPORT", false, 0)];
-        let raw = Style {
-            noheadings: false,
-            raw: true,
-        };
         assert_eq!(
-            render(&cols, &rows(&[&["a b\\c\td", ""]]), raw),
+            render(&cols, &rows(&[&["a b\\c\td", ""]]), style(false, true)),
             "NAME EXPORT\na\\x20b\\x5cc\\x09d \n"
         );
         // Aligned output keeps spaces but escapes control characters.
