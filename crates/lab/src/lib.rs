@@ -5,6 +5,7 @@
 //! - [`bench`]: the measurements (`bench --input FILE`, `bench pool`, `bench nbd`,
 //!   `bench untar`, `bench dedup`), each a clap `Args` and a `run()`;
 //! - [`kernel`]: the kernel's own zram, hot-added for side-by-side runs and parity tests;
+//! - [`progress`]: progress bars of the long benches (stderr, on a terminal only);
 //! - [`rss`]: this process's resident memory;
 //! - [`sys`]: the CPU time this process and its threads have used (the crate's only
 //!   `unsafe`).
@@ -15,6 +16,7 @@
 
 pub mod bench;
 pub mod kernel;
+pub mod progress;
 pub mod rss;
 #[expect(unsafe_code, reason = "the one module that asks the OS for CPU times")]
 pub mod sys;

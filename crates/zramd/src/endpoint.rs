@@ -89,17 +89,27 @@ impl<E: Endpoint> Handler for Served<E> {
     }
 }
 
+/// A connection table by the endpoint's rules.
+pub(crate) fn table<E: Endpoint>() -> Arc<Table> {
+    Table::new(Rules::endpoint(E::NAME, E::MAX_CONNECTIONS))
+}
+
 /// Serves `endpoint` on `listener` until `shutdown` is set.
 pub(crate) fn serve<E: Endpoint>(
     listener: Listener,
     endpoint: E,
     shutdown: &AtomicBool,
 ) -> io::Result<()> {
-    let table = Table::new(Rules::endpoint(E::NAME, E::MAX_CONNECTIONS));
-    accept::serve(
-        vec![listener],
-        &table,
-        &Arc::new(Served(endpoint)),
-        shutdown,
-    )
+    serve_in(listener, endpoint, &table::<E>(), shutdown)
+}
+
+/// [`serve`] with connections kept in `table` (made by [`table`]; the caller may watch
+/// its counts).
+pub(crate) fn serve_in<E: Endpoint>(
+    listener: Listener,
+    endpoint: E,
+    table: &Arc<Table>,
+    shutdown: &AtomicBool,
+) -> io::Result<()> {
+    accept::serve(vec![listener], table, &Arc::new(Served(endpoint)), shutdown)
 }

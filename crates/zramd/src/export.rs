@@ -5,6 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use crate::device::Device;
 
 /// Kinds of requests a front end serves.
@@ -101,6 +103,31 @@ impl RequestStats {
     pub fn op(&self, op: Op) -> &OpStats {
         &self.ops[op.index()]
     }
+
+    /// The read and write counts and bytes so far.
+    pub fn figures(&self) -> RequestFigures {
+        let (read, write) = (self.op(Op::Read), self.op(Op::Write));
+        RequestFigures {
+            reads: read.count.load(Relaxed),
+            read_bytes: read.bytes.load(Relaxed),
+            writes: write.count.load(Relaxed),
+            written_bytes: write.bytes.load(Relaxed),
+        }
+    }
+}
+
+/// An export's reads and writes so far (cumulative), as `zramd stat --json` and `zramd top`
+/// show them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestFigures {
+    /// Read requests served.
+    pub reads: u64,
+    /// Bytes they covered.
+    pub read_bytes: u64,
+    /// Write requests served.
+    pub writes: u64,
+    /// Bytes they covered.
+    pub written_bytes: u64,
 }
 
 /// One exported device.

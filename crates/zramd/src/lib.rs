@@ -4,11 +4,13 @@
 
 pub(crate) mod accept;
 pub mod control;
+pub mod daemon;
 pub mod device;
 pub(crate) mod endpoint;
 pub mod export;
 pub mod figures;
 pub mod fuse;
+pub mod generator;
 pub mod human;
 pub mod listen;
 pub mod logging;

@@ -4,12 +4,15 @@
 //! `set`, `idle`, `writeback`, `recompress` and `policy` talk to a running server through
 //! its control socket; `classes` prints the zsmalloc class table;
 //! `bench` runs the lab's measurements (the `zramd-lab` binary beside this one);
-//! `run` runs a program with its large mappings served by uswap regions.
+//! `run` runs a program with its large mappings served by uswap regions; `completions` and
+//! `man` print shell completions and man pages.
 
 mod classes;
 mod forward;
+mod manual;
 mod run;
 mod stat;
+mod top;
 
 use std::path::PathBuf;
 
@@ -124,10 +127,17 @@ enum Command {
     /// Run a measurement and print its figures (`--input FILE`: the device; `pool`: the
     /// allocator). Runs `zramd-lab bench` with the same arguments.
     Bench(forward::Args),
+    /// A refreshing table of every device of a running server: data, compressed, total,
+    /// ratio, I/O rates and policy activity.
+    Top(top::Args),
     /// Run a program with its large anonymous mappings served by uswap regions (compressed
     /// beyond --budget each, with seed 002's readahead) through an LD_PRELOAD shim; print
     /// their figures at exit (`zramd stat --control PATH` shows them while it runs).
     Run(run::Args),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(manual::CompletionsArgs),
+    /// Print the man page, or write one page per command into --dir.
+    Man(manual::ManArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -180,6 +190,10 @@ struct ServeArgs {
     /// top-level keys (max_connections, idle_timeout, socket_mode, …).
     #[arg(long, conflicts_with_all = DEVICE_ARGS)]
     config: Option<PathBuf>,
+    /// Serve the `[zramN]` devices of a zram-generator.conf (zram-size, compression-algorithm,
+    /// writeback-device, zram-resident-limit; swap and mount keys are ignored).
+    #[arg(long, value_name = "FILE", conflicts_with_all = DEVICE_ARGS, conflicts_with = "config")]
+    zram_generator: Option<PathBuf>,
 }
 
 /// `--allocator NAME`.
@@ -265,6 +279,9 @@ fn serve_options(a: &ServeArgs, matches: &ArgMatches) -> anyhow::Result<ServeOpt
             options.devices = vec![device];
         }
     }
+    if let Some(path) = &a.zram_generator {
+        options.devices = zramd::generator::load(path)?;
+    }
     Ok(options)
 }
 
@@ -303,8 +320,12 @@ fn print_policy(figures: &zramd::figures::PolicyFigures) {
     }
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
     zramd::logging::init();
+    zramd::logging::exit_status("zramd", cli_main())
+}
+
+fn cli_main() -> anyhow::Result<()> {
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     match cli.command {
@@ -403,5 +424,8 @@ fn main() -> anyhow::Result<()> {
         Command::Classes(args) => classes::run(&args),
         Command::Bench(args) => forward::run(&args),
         Command::Run(args) => run::run(&args),
+        Command::Completions(a) => manual::completions(&a, Cli::command()),
+        Command::Man(a) => manual::man(&a, Cli::command()),
+        Command::Top(args) => top::run(&args),
     }
 }

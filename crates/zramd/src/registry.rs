@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::device::Device;
-use crate::export::{Export, ExportSet};
+use crate::export::{Export, ExportSet, RequestFigures};
 use crate::figures::{BackingFigures, FoldFigures, PolicyFigures, PostCounters};
 use serde::{Deserialize, Serialize};
 
@@ -62,6 +62,9 @@ pub struct DeviceStat {
     /// the setting, while uninitialized).
     #[serde(default)]
     pub fold: FoldFigures,
+    /// Reads and writes served so far through the front ends.
+    #[serde(default)]
+    pub requests: RequestFigures,
 }
 
 fn page_size() -> u64 {
@@ -173,6 +176,7 @@ impl Registry {
                         },
                         |z| z.fold_stats(),
                     ),
+                    requests: e.stats.figures(),
                 }
             })
             .collect()

@@ -1,5 +1,5 @@
-//! `zramd serve`: devices, their NBD exports, the control socket and metrics, until SIGINT
-//! or SIGTERM.
+//! `zramd serve`: devices, their NBD exports, the control socket and metrics, until SIGINT,
+//! SIGTERM or SIGHUP.
 
 use std::io::IsTerminal as _;
 use std::net::{SocketAddr, TcpListener};
@@ -334,10 +334,11 @@ impl Server {
         }
         if let (Ok(()), Some(l)) = (&started, metrics) {
             let (reg, stop) = (Arc::clone(&registry), Arc::clone(&shutdown));
+            let nbd = Arc::clone(&service);
             started = spawn(
                 "metrics",
                 Box::new(move || {
-                    if let Err(e) = crate::metrics::serve(l, reg, stop) {
+                    if let Err(e) = crate::metrics::serve(l, reg, &nbd, stop) {
                         tracing::error!("metrics: {e}");
                     }
                 }),
@@ -402,13 +403,10 @@ pub fn summary(registry: &Registry) -> String {
     )
 }
 
-/// Runs the server until SIGINT or SIGTERM.
+/// Runs the server until SIGINT, SIGTERM or SIGHUP ([`crate::daemon`]).
 pub fn run(options: &ServeOptions) -> anyhow::Result<()> {
     let server = Server::start(options)?;
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&server.shutdown))
-            .context("install signal handler")?;
-    }
+    let daemon = crate::daemon::Daemon::install(&server.shutdown)?;
     println!("zramd: serving {} device(s)", options.devices.len());
     for spec in &options.devices {
         for at in &server.registry.served_at {
@@ -444,6 +442,7 @@ pub fn run(options: &ServeOptions) -> anyhow::Result<()> {
     if let Some(m) = server.metrics_addr {
         println!("metrics: http://{m}/metrics");
     }
+    daemon.ready(&summary(&server.registry));
     let tty = options.status_line && std::io::stdout().is_terminal();
     let mut last = Instant::now() - Duration::from_secs(1);
     while !server.shutdown.load(Ordering::Relaxed) {
@@ -457,6 +456,7 @@ pub fn run(options: &ServeOptions) -> anyhow::Result<()> {
     if tty {
         println!();
     }
+    daemon.stopping();
     tracing::info!("shutting down");
     server.stop();
     Ok(())

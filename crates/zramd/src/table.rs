@@ -177,6 +177,7 @@ impl Entry {
 pub(crate) struct Counts {
     pub starting: usize,
     pub serving: usize,
+    pub accepted: u64,
     pub refused: u64,
     pub evicted: u64,
     pub timed_out: u64,
@@ -189,6 +190,8 @@ pub(crate) struct Table {
     epoch: Instant,
     entries: Mutex<HashMap<u64, Entry>>,
     next_id: AtomicU64,
+    /// Connections admitted so far.
+    accepted: AtomicU64,
     /// Connection threads not yet ended (closing ones too).
     live: AtomicUsize,
     tally: Tally,
@@ -216,6 +219,7 @@ impl Table {
             epoch: Instant::now(),
             entries: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
+            accepted: AtomicU64::new(0),
             live: AtomicUsize::new(0),
         })
     }
@@ -232,6 +236,7 @@ impl Table {
         Counts {
             starting: in_phase(STARTING),
             serving: in_phase(SERVING),
+            accepted: self.accepted.load(Ordering::Relaxed),
             refused: total(Event::Refused),
             evicted: total(Event::Evicted),
             timed_out: total(Event::TimedOut),
@@ -323,6 +328,7 @@ impl Table {
             },
         );
         self.live.fetch_add(1, Ordering::AcqRel);
+        self.accepted.fetch_add(1, Ordering::Relaxed);
         Some(Slot {
             table: Arc::clone(self),
             id,

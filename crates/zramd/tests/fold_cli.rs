@@ -117,7 +117,7 @@ fn zramd_fold_runs_the_pass_and_stat_shows_its_figures() {
     let s = z.fold_stats();
     let body = scrape(server.metrics_addr.unwrap());
     for want in [
-        "# TYPE zramd_folds_total counter".to_owned(),
+        "# TYPE zramd_folds counter".to_owned(),
         "zramd_folds_total{device=\"zram0\"} 2".into(),
         "zramd_dedup{device=\"zram0\"} 0".into(),
         "zramd_dedup{device=\"zram1\"} 1".into(),
@@ -126,7 +126,7 @@ fn zramd_fold_runs_the_pass_and_stat_shows_its_figures() {
             s.objects_folded
         ),
         format!(
-            "zramd_pages_folded{{device=\"zram0\"}} {}",
+            "zramd_pages_folded_total{{device=\"zram0\"}} {}",
             z.mm_stat().pages_folded
         ),
         format!(

@@ -151,7 +151,7 @@ fn stat_set_compact_reset_and_errors() {
     );
     assert!(body.contains(&want), "{body}");
     assert!(body.contains(
-        "zramd_request_latency_seconds_bucket{device=\"zram1\",op=\"read\",le=\"+Inf\"} 0"
+        "zramd_request_latency_seconds_bucket{le=\"+Inf\",device=\"zram1\",op=\"read\"} 0"
     ));
 
     // Clear keeps the device (its size, its settings) and frees its data.

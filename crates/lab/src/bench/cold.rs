@@ -114,13 +114,17 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         corpora.push(("anonymous image".into(), anon_image(args.anon_mib << 20)));
     }
     let mut out = Vec::new();
+    let bar = crate::progress::bar("cold", corpora.len() as u64);
     for (name, data) in corpora {
+        crate::progress::doing(&name);
         let c = corpus(args, name, data)?;
+        crate::progress::tick("");
         if !args.json {
-            print(&c);
+            crate::progress::print(|| print(&c));
         }
         out.push(c);
     }
+    drop(bar);
     if args.json {
         println!("{}", serde_json::to_string(&out)?);
     }

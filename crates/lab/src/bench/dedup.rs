@@ -242,6 +242,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     data.resize(data.len().next_multiple_of(PAGE), 0);
     let repeat = args.repeat.max(1);
     let (mut once_off, mut once_on, mut twice_on, mut folds) = (vec![], vec![], vec![], vec![]);
+    let bar = crate::progress::bar("dedup", repeat as u64);
     for i in 0..repeat {
         let (off, on) = alternating(i, |on| written(args, &data, 1, on).map(|(_, s)| s))?;
         once_off.push(off);
@@ -253,7 +254,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             twice_on.push(written(args, &data, 2, true)?.1);
             folds.push(fold_run(args, &data)?);
         }
+        crate::progress::tick("");
     }
+    drop(bar);
     let speed = |s: &Side| s.write_mb_s;
     let (off, on) = (median_by(once_off, speed)?, median_by(once_on, speed)?);
     let once = Pair {

@@ -77,12 +77,18 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     };
     let mut our_runs = Vec::new();
     let mut kernel_runs = Vec::new();
+    let sides = if kernel_ok { 2 } else { 1 };
+    let bar = crate::progress::bar("bench", args.repeat.max(1) as u64 * sides);
     for _ in 0..args.repeat.max(1) {
+        crate::progress::doing("zramd");
         our_runs.push(run_zramd(args, data.bytes())?);
         if kernel_ok {
+            crate::progress::tick("kernel zram");
             kernel_runs.push(run_kernel(args, data.bytes())?);
         }
+        crate::progress::tick("");
     }
+    drop(bar);
     let ours = median(our_runs);
     let kernel = (!kernel_runs.is_empty()).then(|| median(kernel_runs));
     if args.json {

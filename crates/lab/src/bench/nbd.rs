@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use serde::Serialize;
 
+use crate::outln;
+
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The file to copy in and out.
@@ -289,22 +291,26 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("zramd-bench-nbd-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let mut runs: Vec<Vec<Row>> = vec![Vec::new(); SERVERS.len()];
+    let bar = crate::progress::bar("nbd", (args.repeat * SERVERS.len()) as u64);
     for round in 0..args.repeat {
         let mut order: Vec<usize> = (0..SERVERS.len()).collect();
         if round % 2 == 1 {
             order.reverse();
         }
         if !args.json {
-            println!("round {} of {}:", round + 1, args.repeat);
+            outln!("round {} of {}:", round + 1, args.repeat);
         }
         for i in order {
+            crate::progress::doing(SERVERS[i].0);
             let row = run_server(i, &dir, &args.input, size, bytes)?;
+            crate::progress::tick("");
             if !args.json {
-                print_row(&row);
+                crate::progress::print(|| print_row(&row));
             }
             runs[i].push(row);
         }
     }
+    drop(bar);
     let _ = std::fs::remove_dir_all(&dir);
     let rows: Vec<Row> = runs.iter().map(|r| median_row(r)).collect();
     if args.json {

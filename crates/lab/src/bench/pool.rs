@@ -22,6 +22,8 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use zsmalloc::{Allocator, Backend, Handle, PoolConfig};
 
+use crate::outln;
+
 /// (class size, obj_used) from seed 000's "Order 3" object distribution table.
 const SEED_ORDER3_DISTRIBUTION: &[(usize, usize)] = &[
     (1168, 2994),
@@ -213,11 +215,14 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let dist = SizeDist::seed();
     let mut reports = Vec::new();
     let mut skipped = Vec::new();
+    let bar = crate::progress::bar("pool", args.allocator.len() as u64);
     for &allocator in &args.allocator {
+        crate::progress::doing(allocator.name());
         // An allocator this build cannot open is reported, not fatal: the others still run.
         if let Err(e) = open(allocator, args.chain_size, args.shards) {
+            crate::progress::tick("");
             if !args.json {
-                println!("{allocator}: skipped ({e:#})");
+                outln!("{allocator}: skipped ({e:#})");
             }
             skipped.push(Skipped {
                 allocator,
@@ -226,7 +231,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             continue;
         }
         reports.push(measure(args, allocator, &dist)?);
+        crate::progress::tick("");
     }
+    drop(bar);
     if args.json {
         println!(
             "{}",
@@ -253,7 +260,7 @@ fn measure(args: &Args, allocator: Allocator, dist: &SizeDist) -> anyhow::Result
     let chain_label = chain.map_or_else(String::new, |c| format!(" chain {c}"));
     let scaling = scaling(args, allocator, dist)?;
     if !args.json {
-        println!(
+        outln!(
             "{allocator}: scaling ({}{chain_label}, {} ops/thread, working set {}, median of {} pairs): 1 thread {:.0} ops/s, 2 threads {:.0} ops/s, ratio {:.2}x (all: {}; plain copies without an allocator: {:.2}x)",
             allocator,
             scaling.ops_per_thread,
@@ -268,7 +275,7 @@ fn measure(args: &Args, allocator: Allocator, dist: &SizeDist) -> anyhow::Result
     }
     let compaction = compaction(args, allocator, dist)?;
     if !args.json {
-        println!(
+        outln!(
             "{allocator}: compaction{chain_label}: {} of {} pages freed in {:.1} ms, {:.0} MiB/s freed",
             compaction.pages_freed,
             compaction.pages_before,
@@ -284,7 +291,7 @@ fn measure(args: &Args, allocator: Allocator, dist: &SizeDist) -> anyhow::Result
     for chain in chains {
         let o = overhead_for(allocator, chain, args.objects, dist)?;
         if !args.json {
-            println!(
+            outln!(
                 "{allocator}: overhead{}: {} objects, {:.1} MiB stored in {} pages: {:.4}x ({:.4}x with {} KiB metadata); after freeing half and compacting: {:.4}x",
                 o.chain_size
                     .map_or_else(String::new, |c| format!(" (chain {c:2})")),

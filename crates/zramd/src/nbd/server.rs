@@ -85,6 +85,11 @@ impl Service {
         accept::serve(listeners, &self.table, self, shutdown)
     }
 
+    /// The server's connections, for the metrics.
+    pub(crate) fn table(&self) -> &Arc<Table> {
+        &self.table
+    }
+
     /// Connections and bytes held now, and connections turned away so far.
     pub fn stats(&self) -> Stats {
         let c = self.table.counts();

@@ -150,6 +150,16 @@ impl Served {
         None
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// What the server wrote on stdout so far.
+    pub fn stdout(&self) -> String {
+        std::fs::read_to_string(&self.out).unwrap_or_default()
+    }
+
     /// What the server wrote on stderr (its log) so far.
     pub fn stderr(&self) -> String {
         std::fs::read_to_string(&self.err).unwrap_or_default()

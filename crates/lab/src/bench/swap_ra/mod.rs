@@ -150,6 +150,10 @@ fn measure(args: &Args, s: &Settings) -> anyhow::Result<Report> {
         Which::All => &[Workload::Sequential, Workload::Random, Workload::Combined],
     };
     let mut runs = Vec::new();
+    // A step per run: the warm-up and four timed runs per workload, three fault tiers.
+    let fault = matches!(args.workload, Which::Fault | Which::All);
+    let steps = workloads.len() * 5 + if fault { 3 } else { 0 };
+    let _bar = crate::progress::bar("uswap", steps as u64);
     for &w in workloads {
         // On, off, off, on: a run's place in the sequence costs or gains a few percent
         // (measured: the second of a pair of identical runs is faster), which this order
@@ -157,7 +161,7 @@ fn measure(args: &Args, s: &Settings) -> anyhow::Result<Report> {
         // The first run of a workload is slower than the same run later (allocator arenas,
         // the page cache, frequencies settling): an untimed one goes first.
         if !args.json {
-            eprintln!("warming up {}", w.name());
+            crate::progress::print(|| eprintln!("warming up {}", w.name()));
         }
         workload::run(
             &Settings {
@@ -167,12 +171,15 @@ fn measure(args: &Args, s: &Settings) -> anyhow::Result<Report> {
             w,
             false,
         )?;
+        crate::progress::tick("");
         let mut pair: [Option<workload::Run>; 2] = [None, None];
         for ra in [true, false, false, true] {
             if !args.json {
-                eprintln!("running {} with readahead {}", w.name(), on_off(ra));
+                let line = format!("running {} with readahead {}", w.name(), on_off(ra));
+                crate::progress::print(|| eprintln!("{line}"));
             }
             let r = workload::run(s, w, ra)?;
+            crate::progress::tick("");
             match &mut pair[usize::from(!ra)] {
                 Some(have) => have.merge(r),
                 slot => *slot = Some(r),
@@ -181,12 +188,14 @@ fn measure(args: &Args, s: &Settings) -> anyhow::Result<Report> {
         runs.extend(pair.into_iter().flatten());
     }
     let mut tiers = Vec::new();
-    if matches!(args.workload, Which::Fault | Which::All) {
+    if fault {
         if !args.json {
-            eprintln!("running the fault tiers");
+            crate::progress::print(|| eprintln!("running the fault tiers"));
         }
         tiers.push(tier::run(s, Tier::Compressed, None)?);
+        crate::progress::tick("");
         tiers.push(tier::run(s, Tier::CompressedAlone, None)?);
+        crate::progress::tick("");
         let (file, _remove) = match &args.backing_dev {
             Some(f) => (f.clone(), None),
             None => {
@@ -197,6 +206,7 @@ fn measure(args: &Args, s: &Settings) -> anyhow::Result<Report> {
             }
         };
         tiers.push(tier::run(s, Tier::WrittenBack, Some(&file))?);
+        crate::progress::tick("");
     }
     let targets = targets(&runs, &tiers);
     Ok(Report {

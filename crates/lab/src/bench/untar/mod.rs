@@ -33,6 +33,7 @@ use zramd::serve::{DeviceSpec, ServeOptions, Server};
 use zsmalloc::Allocator;
 
 use crate::kernel::{KernelZram, is_root, unavailable_reason};
+use crate::outln;
 use figures::{Row, Sample, seed_header};
 use side::{Mounted, Ours, Side, Theirs, report, sh};
 
@@ -103,7 +104,7 @@ fn untar(mnt: &Path, args: &Args) -> anyhow::Result<Vec<PathBuf>> {
 fn fold_step(side: &dyn Side, cycle: usize, steps: &mut Steps) -> anyhow::Result<()> {
     let step = "fold";
     let Some(cost) = side.fold()? else {
-        println!(
+        outln!(
             "{:16} {cycle:>5} {step:12} (the kernel's zram cannot fold)",
             side.name()
         );
@@ -123,6 +124,11 @@ fn fold_step(side: &dyn Side, cycle: usize, steps: &mut Steps) -> anyhow::Result
 fn workload(side: &dyn Side, mnt: &Path, args: &Args) -> anyhow::Result<Steps> {
     let mut steps = Steps::new();
     for cycle in 1..=args.cycles.max(1) {
+        crate::progress::doing(&format!(
+            "{} {} cycle {cycle}",
+            side.name(),
+            side.allocator()
+        ));
         let start = Instant::now();
         let roots = untar(mnt, args)?;
         sh(&mut Command::new("sync"))?;
@@ -161,11 +167,12 @@ fn workload(side: &dyn Side, mnt: &Path, args: &Args) -> anyhow::Result<Steps> {
         }
         sh(&mut Command::new("sync"))?;
         sh(Command::new("fstrim").arg(mnt))?;
-        println!(
+        outln!(
             "{:16} {cycle:>5} took {:.1} s",
             format!("{} {}", side.name(), side.allocator()),
             start.elapsed().as_secs_f64()
         );
+        crate::progress::tick("");
     }
     Ok(steps)
 }
@@ -216,7 +223,7 @@ fn run_ours(args: &Args, allocator: Allocator, tmp: &Path) -> anyhow::Result<Opt
     }) {
         Ok(server) => server,
         Err(e) => {
-            println!("zramd {allocator}: skipped ({e:#})");
+            outln!("zramd {allocator}: skipped ({e:#})");
             return Ok(None);
         }
     };
@@ -260,6 +267,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     println!("{}", seed_header());
     let mut rows = Vec::new();
     let mut ours = Vec::new();
+    // A step per cycle of each side (the kernel's counted even where it is skipped).
+    let sides = args.allocator.len() + 1;
+    let bar = crate::progress::bar("untar", (sides * args.cycles.max(1)) as u64);
     for &allocator in &args.allocator {
         if let Some(steps) = run_ours(args, allocator, &tmp)? {
             rows.extend(Row::all("zramd", allocator.name(), &steps));
@@ -280,6 +290,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         theirs_steps = workload(&theirs, &mounted.dir, args)?;
         rows.extend(Row::all("kernel", &theirs.allocator(), &theirs_steps));
     }
+    drop(bar);
     for (allocator, steps) in &ours {
         print_ratios(*allocator, steps, &theirs_steps);
     }

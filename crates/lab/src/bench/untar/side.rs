@@ -13,6 +13,7 @@ use zsmalloc::Allocator;
 
 use super::figures::{Row, Sample, seed_line};
 use crate::kernel::KernelZram;
+use crate::outln;
 
 /// Runs `cmd`; its stderr is the error when it fails.
 pub fn sh(cmd: &mut Command) -> anyhow::Result<()> {
@@ -187,12 +188,12 @@ pub fn report(side: &dyn Side, cycle: usize, step: &str, extra: &str) -> anyhow:
         mm: side.mm_stat()?,
         rss: side.rss(),
     };
-    println!(
+    outln!(
         "{}",
         seed_line(&Row::new(side.name(), &side.allocator(), &sample, 0, 1))
     );
     if !extra.is_empty() {
-        println!("{:16} {:>5} {step:12} {}", "", "", extra.trim());
+        outln!("{:16} {:>5} {step:12} {}", "", "", extra.trim());
     }
     Ok(sample)
 }
