@@ -85,6 +85,14 @@ pub enum Error {
     /// A size that does not parse (the text given) or is not allowed.
     #[error("invalid size {0:?}")]
     InvalidSize(String),
+    /// Size text that does not parse, and why.
+    #[error("invalid size {text:?}: {reason}")]
+    SizeSyntax {
+        /// The text given.
+        text: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// The compressor failed.
     #[error("{algorithm} compression failed: {reason}")]
     Compress {
@@ -142,7 +150,8 @@ impl Error {
             | Error::CodecSetup { .. }
             | Error::InvalidUnitSize(_)
             | Error::UnitLargerThanDevice { .. }
-            | Error::InvalidSize(_) => libc::EINVAL,
+            | Error::InvalidSize(_)
+            | Error::SizeSyntax { .. } => libc::EINVAL,
             Error::Alloc(_) | Error::Compress { .. } | Error::Corrupt(_) => libc::EIO,
             // The file's own errno (ENOSPC, EIO...); a path that is not a usable file is
             // EINVAL; a short read is EIO.

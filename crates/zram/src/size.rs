@@ -1,39 +1,81 @@
-//! Sizes written as text, with the kernel's `memparse` suffixes: a decimal number with an
-//! optional K, M, G, T, P or E suffix (powers of 1024, either case), and nothing else.
+//! Sizes written as text: a decimal number, optionally with a fraction, and an optional
+//! binary suffix: K, M, G, T, P or E (powers of 1024, either case, as the kernel's
+//! `memparse`), also written KiB, MiB, … (`1GiB` is `1G`, 2^30 bytes).
+//!
+//! - A fraction must come to a whole number of bytes: `1.5G` is 1610612736, `0.5K` is 512;
+//!   `1.1K` (1126.4 bytes) and `1.5` are refused, never rounded.
+//! - `1GB`, `1MB`… are refused as ambiguous (tools differ on 10^9 or 2^30): write `1G`/`1GiB`
+//!   for 2^30, or the bytes.
+//! - Nothing else: no sign, no hex or octal, no blank inside, no text after the suffix, no
+//!   silent overflow.
 //!
 //! This is the strict form for config files and command lines, where a typo must be an
-//! error: no hex or octal, no text after the suffix, no silent overflow. The daemon's
-//! attribute files read sizes with the kernel's own, lenient rules instead (zramd's
-//! `sysfs::memparse`), since zram users' scripts write them.
+//! error. The daemon's attribute files read sizes with the kernel's own, lenient rules
+//! instead (zramd's `sysfs::memparse`: `1.5G` written to `disksize` reads as 1 there, as the
+//! kernel's does), since zram users' scripts write them.
 
 use crate::error::{Error, Result};
 
-/// Parses `"1G"`, `"512m"`, `"4096"`… into bytes.
+/// Parses `"1G"`, `"512m"`, `"1.5G"`, `"4GiB"`, `"4096"`… into bytes (the module's rules).
 pub fn parse_size(text: &str) -> Result<u64> {
-    let t = text.trim();
-    let bad = || Error::InvalidSize(text.to_owned());
-    let (digits, shift) = match t.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let shift = match c.to_ascii_uppercase() {
-                'K' => 10,
-                'M' => 20,
-                'G' => 30,
-                'T' => 40,
-                'P' => 50,
-                'E' => 60,
-                _ => return Err(bad()),
-            };
-            (&t[..i], shift)
-        }
-        _ => (t, 0),
+    let bad = |reason| Error::SizeSyntax {
+        text: text.to_owned(),
+        reason,
     };
-    let n: u64 = digits.parse().map_err(|_| bad())?;
-    n.checked_mul(1u64 << shift).ok_or_else(bad)
+    let t = text.trim();
+    let number_end = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (number, suffix) = t.split_at(number_end);
+    let shift = match suffix.to_ascii_uppercase().as_str() {
+        "" => 0,
+        "K" | "KIB" => 10,
+        "M" | "MIB" => 20,
+        "G" | "GIB" => 30,
+        "T" | "TIB" => 40,
+        "P" | "PIB" => 50,
+        "E" | "EIB" => 60,
+        "KB" | "MB" | "GB" | "TB" | "PB" | "EB" => {
+            return Err(bad(
+                "ambiguous unit (decimal or binary?): write K, M, G… or KiB, MiB, GiB… for \
+                 powers of 1024, or the bytes",
+            ));
+        }
+        _ => {
+            return Err(bad(
+                "expected a number of bytes, optionally with a K, M, G, T, P or E suffix \
+                 (or KiB, MiB, …)",
+            ));
+        }
+    };
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty() && fraction.is_empty() {
+        return Err(bad("no number"));
+    }
+    if fraction.contains('.') {
+        return Err(bad("more than one decimal point"));
+    }
+    // value = digits / 10^places * 2^shift, exactly, in 128 bits.
+    let fraction = fraction.trim_end_matches('0');
+    let divisor = u32::try_from(fraction.len())
+        .ok()
+        .and_then(|places| 10u128.checked_pow(places))
+        .ok_or_else(|| bad("too many decimals"))?;
+    let too_large = || bad("too large (more than 2^64 - 1 bytes)");
+    let digits: u128 = format!("{whole}{fraction}")
+        .parse()
+        .map_err(|_| too_large())?;
+    let scaled = digits.checked_mul(1u128 << shift).ok_or_else(too_large)?;
+    if scaled % divisor != 0 {
+        return Err(bad("not a whole number of bytes"));
+    }
+    u64::try_from(scaled / divisor).map_err(|_| too_large())
 }
 
-/// A size in bytes, written and read as the kernel's `memparse` text (`"1G"`, `"4K"`,
-/// `"4096"`): the type of every size setting on command lines and in config files (where a
-/// plain integer is taken as bytes too).
+/// A size in bytes, read as [`parse_size`] reads it (`"1G"`, `"1GiB"`, `"1.5G"`, `"4096"`) and
+/// written as the kernel's `memparse` text (`"1G"`, `"4K"`, `"4096"`): the type of every size
+/// setting on command lines and in config files (where a plain integer is taken as bytes
+/// too).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Size(pub u64);
 
@@ -79,7 +121,9 @@ impl<'de> serde::Deserialize<'de> for Size {
         impl serde::de::Visitor<'_> for Visitor {
             type Value = Size;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a size: bytes, or a number with a K, M, G, T, P or E suffix")
+                f.write_str(
+                    "a size: bytes, or a number with a K, M, G, T, P or E suffix (or KiB, MiB, …)",
+                )
             }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<Size, E> {
                 v.parse().map_err(E::custom)
@@ -110,9 +154,6 @@ mod tests {
         assert_eq!(parse_size("1G").unwrap(), 1 << 30);
         assert_eq!(parse_size(" 64m\n").unwrap(), 64 << 20);
         assert_eq!(parse_size("3k").unwrap(), 3072);
-        for bad in ["", "G", "1X", "-1", "1.5G", "99999999999E"] {
-            assert!(parse_size(bad).is_err(), "{bad:?}");
-        }
         assert_eq!(page_align(1), Some(4096));
         for (text, shown) in [("1G", "1G"), ("4096", "4K"), ("1536K", "1536K"), ("7", "7")] {
             let size: Size = text.parse().unwrap();
@@ -121,5 +162,84 @@ mod tests {
         }
         assert_eq!(Size(0).to_string(), "0");
         assert_eq!(page_align(8192), Some(8192));
+    }
+
+    #[test]
+    fn binary_units_and_fractions() {
+        for (text, bytes) in [
+            ("1GiB", 1 << 30),
+            ("1gib", 1 << 30),
+            ("4KiB", 4096),
+            ("2MiB", 2 << 20),
+            ("1TiB", 1 << 40),
+            ("1PiB", 1 << 50),
+            ("1EiB", 1 << 60),
+            ("1.5G", 3 << 29),
+            ("1.5GiB", 3 << 29),
+            ("0.5K", 512),
+            (".5K", 512),
+            ("1.K", 1024),
+            ("2.25M", 9 << 18),
+            ("1.000000000000000000000000000000000000000000G", 1 << 30),
+            ("0.5E", 1 << 59),
+            ("0", 0),
+            ("4096.0", 4096),
+            ("18446744073709551615", u64::MAX),
+        ] {
+            assert_eq!(parse_size(text).unwrap(), bytes, "{text:?}");
+            assert_eq!(text.parse::<Size>().unwrap(), Size(bytes), "{text:?}");
+        }
+    }
+
+    /// Config files read sizes through the same parser (and take plain integers as bytes).
+    #[test]
+    fn config_files_take_the_same_forms() {
+        #[derive(Debug, serde::Deserialize)]
+        struct File {
+            size: Size,
+        }
+        let size = |text: &str| toml::from_str::<File>(text).map(|f| f.size);
+        assert_eq!(size("size = \"1.5GiB\"").unwrap(), Size(3 << 29));
+        assert_eq!(size("size = 4096").unwrap(), Size(4096));
+        let err = size("size = \"1GB\"").unwrap_err().to_string();
+        assert!(err.contains("ambiguous"), "{err}");
+        assert!(size("size = -1").is_err());
+    }
+
+    /// Each refused form, with the reason in the message (no panic on any of them).
+    #[test]
+    fn refused_forms_say_why() {
+        for (text, reason) in [
+            ("", "no number"),
+            ("   ", "no number"),
+            ("G", "no number"),
+            (".", "no number"),
+            (".G", "no number"),
+            ("-1", "expected a number"),
+            ("+1", "expected a number"),
+            ("1X", "expected a number"),
+            ("1 G", "expected a number"),
+            ("1Gx", "expected a number"),
+            ("0x10", "expected a number"),
+            ("1GB", "ambiguous"),
+            ("1gb", "ambiguous"),
+            ("5MB", "ambiguous"),
+            ("1.5.5G", "more than one decimal point"),
+            ("1.1K", "not a whole number of bytes"),
+            ("1.5", "not a whole number of bytes"),
+            ("0.1", "not a whole number of bytes"),
+            ("99999999E", "too large"),
+            ("16E", "too large"),
+            ("18446744073709551616", "too large"),
+            ("99999999999999999999999999999999999999999999", "too large"),
+            (
+                "1.00000000000000000000000000000000000000001",
+                "too many decimals",
+            ),
+        ] {
+            let err = parse_size(text).expect_err(text).to_string();
+            assert!(err.contains(reason), "{text:?}: {err}");
+            assert!(err.contains(&format!("{:?}", text)), "{text:?}: {err}");
+        }
     }
 }

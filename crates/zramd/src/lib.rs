@@ -12,6 +12,7 @@ pub mod figures;
 pub mod fuse;
 pub mod generator;
 pub mod human;
+pub mod image;
 pub mod listen;
 pub mod logging;
 pub mod metrics;

@@ -202,11 +202,12 @@ fn parse_allocator(s: &str) -> Result<zram::Allocator, String> {
 }
 
 /// The ids of the device options, which a config file replaces.
-const DEVICE_ARGS: [&str; 17] = [
+const DEVICE_ARGS: [&str; 18] = [
     "allocator",
     "name",
     "size",
     "read_only",
+    "image",
     "algorithm",
     "level",
     "mem_limit",

@@ -40,44 +40,92 @@ const CHAIN_16: &[(usize, usize, usize)] = &[
     (254, 4096, 1),
 ];
 
-/// Runs `zramd classes` and returns its class rows as `(class, size, pages_per_zspage)`.
-fn rows(chain: usize) -> Vec<(usize, usize, usize)> {
+/// The header of kernel 6.3+'s class table (fullness per ten-percent bucket).
+const HEADER: [&str; 18] = [
+    "class",
+    "size",
+    "10%",
+    "20%",
+    "30%",
+    "40%",
+    "50%",
+    "60%",
+    "70%",
+    "80%",
+    "90%",
+    "99%",
+    "100%",
+    "obj_allocated",
+    "obj_used",
+    "pages_used",
+    "pages_per_zspage",
+    "freeable",
+];
+
+/// Runs `zramd classes --geometry GEOMETRY --chain-size CHAIN` and returns its output.
+fn table(geometry: &str, chain: usize) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_zramd"))
         .args([
             "classes",
             "--geometry",
-            "seed",
+            geometry,
             "--chain-size",
             &chain.to_string(),
         ])
         .output()
         .expect("run zramd");
     assert!(out.status.success(), "zramd classes failed: {out:?}");
-    let text = String::from_utf8(out.stdout).expect("utf-8");
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// Runs `zramd classes` with the seed's geometry and returns its class rows as
+/// `(class, size, pages_per_zspage)`.
+fn rows(chain: usize) -> Vec<(usize, usize, usize)> {
+    let text = table("seed", chain);
     let mut lines = text.lines();
     let header: Vec<&str> = lines.next().expect("header").split_whitespace().collect();
-    assert_eq!(
-        header,
-        [
-            "class",
-            "size",
-            "almost_full",
-            "almost_empty",
-            "obj_allocated",
-            "obj_used",
-            "pages_used",
-            "pages_per_zspage",
-            "freeable"
-        ]
-    );
+    assert_eq!(header, HEADER);
     lines
         .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .filter(|f| f.len() == 9)
+        .filter(|f| f.len() == HEADER.len() && f[0] != "Total")
         .map(|f| {
             let n = |i: usize| f[i].parse::<usize>().expect("number");
-            (n(0), n(1), n(7))
+            (n(0), n(1), n(16))
         })
         .collect()
+}
+
+/// Both geometries print kernel 6.3+'s columns, every row as wide as the header, with the
+/// kernel's field widths (the header's columns end where the rows' do).
+#[test]
+fn both_geometries_print_the_bucket_columns() {
+    for geometry in ["seed", "min-waste"] {
+        let text = table(geometry, 8);
+        let mut lines = text.lines();
+        let header = lines.next().expect("header");
+        assert_eq!(
+            header.split_whitespace().collect::<Vec<_>>(),
+            HEADER,
+            "{geometry}"
+        );
+        assert!(
+            header.starts_with(" class  size       10%       20%"),
+            "{header:?}"
+        );
+        let rows: Vec<&str> = lines.filter(|l| !l.is_empty()).collect();
+        assert!(rows.len() > 2, "{geometry}: {text}");
+        assert!(rows.last().unwrap().trim_start().starts_with("Total"));
+        for row in rows {
+            let fields: Vec<&str> = row.split_whitespace().collect();
+            let want = if fields[0] == "Total" {
+                HEADER.len() - 2
+            } else {
+                HEADER.len()
+            };
+            assert_eq!(fields.len(), want, "{geometry}: {row:?}");
+            assert_eq!(row.len(), header.len(), "{geometry}: {row:?}");
+        }
+    }
 }
 
 #[test]

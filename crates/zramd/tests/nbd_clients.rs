@@ -20,6 +20,7 @@ mod common {
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::ext4::Ext4;
@@ -599,4 +600,74 @@ fn ext4_on_nbdfuse_loop_mkfs_mount_fsck() {
     fs.unmount_and_check();
     drop(fuse);
     server.stop();
+}
+
+/// `nbdinfo --list` shows each export's description, computed when asked: the size,
+/// algorithm and allocator of an initialized device (`read-only` where so); the list reply
+/// (read raw: nbdinfo stops at an export it cannot open) says `uninitialized` for a device
+/// without a disksize, and the description follows the device's state.
+#[test]
+fn nbdinfo_list_shows_descriptions() {
+    if !have("nbdinfo_list_shows_descriptions", "nbdinfo") {
+        return;
+    }
+    let blank = Arc::new(zramd::device::Device::new(
+        "zram2",
+        zram::ZramConfig::default(),
+    ));
+    let exports = vec![
+        Arc::new(zramd::export::Export::new("zram0", device(24 << 20), false)),
+        Arc::new(zramd::export::Export::new("ro", device(1 << 20), true)),
+    ];
+    let server = Server::with_exports(exports, ServerConfig::default(), false);
+    let r = run_ok(
+        Command::new("nbdinfo").arg("--list").arg(server.uri("")),
+        Duration::from_secs(30),
+    );
+    for want in [
+        "description: zram0: 24 MiB lz4 compressed RAM disk (zsmalloc)\n",
+        "description: ro: 1 MiB lz4 compressed RAM disk (zsmalloc), read-only\n",
+    ] {
+        assert!(
+            r.stdout.contains(want),
+            "{want:?} missing from\n{}",
+            r.stdout
+        );
+    }
+    let r = run_ok(
+        Command::new("nbdinfo").arg("--json").arg(server.uri("ro")),
+        Duration::from_secs(30),
+    );
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).expect("json");
+    assert_eq!(
+        v["exports"][0]["description"], "ro: 1 MiB lz4 compressed RAM disk (zsmalloc), read-only",
+        "{v}"
+    );
+    drop(server);
+
+    let exports = vec![Arc::new(zramd::export::Export::new(
+        "zram2",
+        Arc::clone(&blank),
+        false,
+    ))];
+    let server = Server::with_exports(exports, ServerConfig::default(), false);
+    let list = |server: &Server| {
+        let mut c = server.connect();
+        c.greet();
+        c.option(zramd::nbd::proto::OPT_LIST, &[]);
+        let r = c.opt_reply();
+        assert_eq!(r.reply_type, zramd::nbd::proto::REP_SERVER, "{r:?}");
+        assert_eq!(c.opt_reply().reply_type, zramd::nbd::proto::REP_ACK);
+        let (len, rest) = r.data.split_at(4);
+        let len = u32::from_be_bytes(len.try_into().unwrap()) as usize;
+        let (name, description) = rest.split_at(len);
+        assert_eq!(name, b"zram2");
+        String::from_utf8(description.to_vec()).unwrap()
+    };
+    assert_eq!(list(&server), "zram2: uninitialized compressed RAM disk");
+    blank.init(2 << 30).unwrap();
+    assert_eq!(
+        list(&server),
+        "zram2: 2 GiB lz4 compressed RAM disk (zsmalloc)"
+    );
 }

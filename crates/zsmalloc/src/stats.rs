@@ -1,6 +1,7 @@
 //! Statistics: what the pool reports about itself (the kernel's `zs_stats_size_show`,
 //! `zs_can_compact`, and our freeable/shortenable/compactable counts and metadata bytes),
-//! and the kernel's text format for the class table.
+//! and the kernel's text format for the class table (6.3 and later: zspages counted per
+//! ten-percent fullness bucket).
 //!
 //! Every figure is read under each class-shard lock in turn, so it is exact for each shard
 //! and a sum of moments for the pool.
@@ -20,10 +21,15 @@ pub struct ClassStats {
     pub index: usize,
     /// Object size in bytes.
     pub size: usize,
-    /// Zspages more than 3/4 but not completely in use.
+    /// Zspages more than 3/4 but not completely in use (the classic column of kernels before
+    /// 6.3; the table prints [`inuse`](Self::inuse) instead).
     pub almost_full: usize,
-    /// Zspages in use up to 3/4, but not empty.
+    /// Zspages in use up to 3/4, but not empty (classic, as `almost_full`).
     pub almost_empty: usize,
+    /// Zspages per fullness bucket of kernels 6.3 and later, in the order of
+    /// [`INUSE_BUCKETS`]: a partly used zspage with `inuse` of `objs` objects counts in bucket
+    /// `100 * inuse / objs / 10` (0 is `10%`, 9 is `99%`), a full one in bucket 10 (`100%`).
+    pub inuse: [usize; INUSE_BUCKETS.len()],
     /// Objects the class's zspages hold (used or free).
     pub obj_allocated: usize,
     /// Objects in use.
@@ -57,58 +63,80 @@ pub struct PoolStats {
     pub pages_released: u64,
 }
 
-/// Formats rows exactly as the kernel's `zs_stats_size_show` (header, one line per distinct
-/// class, a blank line and the `Total` line).
-pub fn format_class_table(rows: &[ClassStats]) -> String {
-    let mut out = String::new();
+/// The fullness buckets' column names in the class table of kernels 6.3 and later.
+pub const INUSE_BUCKETS: [&str; 11] = [
+    "10%", "20%", "30%", "40%", "50%", "60%", "70%", "80%", "90%", "99%", "100%",
+];
+
+/// One line of the class table: the first two columns, the buckets, then the rest.
+fn table_line(
+    out: &mut String,
+    first: [&dyn std::fmt::Display; 2],
+    buckets: &[String],
+    rest: [&dyn std::fmt::Display; 5],
+) {
+    let _ = write!(out, " {:>5} {:>5} ", first[0], first[1]);
+    for b in buckets {
+        let _ = write!(out, "{b:>9} ");
+    }
     let _ = writeln!(
         out,
-        " {:>5} {:>5} {:>11} {:>12} {:>13} {:>10} {:>10} {:>16} {:>8}",
-        "class",
-        "size",
-        "almost_full",
-        "almost_empty",
-        "obj_allocated",
-        "obj_used",
-        "pages_used",
-        "pages_per_zspage",
-        "freeable"
+        "{:>13} {:>10} {:>10} {:>16} {:>8}",
+        rest[0], rest[1], rest[2], rest[3], rest[4]
+    );
+}
+
+/// Formats rows exactly as the `zs_stats_size_show` of kernels 6.3 and later (header with the
+/// ten-percent fullness buckets, one line per distinct class, a blank line and the `Total`
+/// line), whatever the pool's geometry.
+pub fn format_class_table(rows: &[ClassStats]) -> String {
+    let mut out = String::new();
+    table_line(
+        &mut out,
+        [&"class", &"size"],
+        &INUSE_BUCKETS.map(str::to_owned),
+        [
+            &"obj_allocated",
+            &"obj_used",
+            &"pages_used",
+            &"pages_per_zspage",
+            &"freeable",
+        ],
     );
     let mut total = ClassStats::default();
     for r in rows {
-        let _ = writeln!(
-            out,
-            " {:>5} {:>5} {:>11} {:>12} {:>13} {:>10} {:>10} {:>16} {:>8}",
-            r.index,
-            r.size,
-            r.almost_full,
-            r.almost_empty,
-            r.obj_allocated,
-            r.obj_used,
-            r.pages_used,
-            r.pages_per_zspage,
-            r.freeable
+        table_line(
+            &mut out,
+            [&r.index, &r.size],
+            &r.inuse.map(|n| n.to_string()),
+            [
+                &r.obj_allocated,
+                &r.obj_used,
+                &r.pages_used,
+                &r.pages_per_zspage,
+                &r.freeable,
+            ],
         );
-        total.almost_full += r.almost_full;
-        total.almost_empty += r.almost_empty;
+        for (t, n) in total.inuse.iter_mut().zip(r.inuse) {
+            *t += n;
+        }
         total.obj_allocated += r.obj_allocated;
         total.obj_used += r.obj_used;
         total.pages_used += r.pages_used;
         total.freeable += r.freeable;
     }
     out.push('\n');
-    let _ = writeln!(
-        out,
-        " {:>5} {:>5} {:>11} {:>12} {:>13} {:>10} {:>10} {:>16} {:>8}",
-        "Total",
-        "",
-        total.almost_full,
-        total.almost_empty,
-        total.obj_allocated,
-        total.obj_used,
-        total.pages_used,
-        "",
-        total.freeable
+    table_line(
+        &mut out,
+        [&"Total", &""],
+        &total.inuse.map(|n| n.to_string()),
+        [
+            &total.obj_allocated,
+            &total.obj_used,
+            &total.pages_used,
+            &"",
+            &total.freeable,
+        ],
     );
     out
 }
@@ -146,7 +174,17 @@ impl Pool {
                     for meta in inner.zspages.iter().flatten() {
                         let inuse = meta.inuse as usize;
                         let objs = meta.objs as usize;
-                        if inuse == 0 || inuse == objs {
+                        if inuse == 0 {
+                            continue;
+                        }
+                        // The kernel's get_fullness_group (6.3+), less its empty group.
+                        let bucket = if inuse == objs {
+                            INUSE_BUCKETS.len() - 1
+                        } else {
+                            100 * inuse / objs / 10
+                        };
+                        row.inuse[bucket] += 1;
+                        if inuse == objs {
                             continue;
                         }
                         // The classic 3/4 threshold the kernel printed these columns with.

@@ -8,6 +8,12 @@
 //! whole disk; then the server is stopped. For zramd, the device's own figures when full
 //! (`mem_used_total`, compressed bytes, metadata, cached free pages) show what the RSS is
 //! made of.
+//!
+//! Speeds are the input's bytes over the copy's time (the device is the input's size rounded
+//! up to a whole MiB, so the read-back copies little more than the input). Its sockets and the
+//! servers' logs live in a temporary folder that is removed however the run ends. When a peer
+//! (a server or a client tool) fails, the error names it, its exit status and the tail of its
+//! stderr, and the bench exits non-zero.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -70,10 +76,41 @@ fn composition(control: &Path) -> anyhow::Result<Composition> {
 
 /// A server process, stopped (SIGTERM, then SIGKILL) when dropped.
 struct Server {
+    /// The row name.
+    name: &'static str,
     child: Child,
     socket: PathBuf,
     /// zramd's control socket.
     control: Option<PathBuf>,
+    /// Where its stderr goes.
+    log: PathBuf,
+}
+
+/// Lines of a failed peer's stderr shown in the error.
+const TAIL_LINES: usize = 20;
+
+/// The last [`TAIL_LINES`] lines of `text`.
+fn tail(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let t = lines[lines.len().saturating_sub(TAIL_LINES)..].join("\n");
+    if t.trim().is_empty() {
+        "(nothing on stderr)".to_owned()
+    } else {
+        t
+    }
+}
+
+impl Server {
+    /// If the server has exited: which it was, its exit status and the tail of its stderr.
+    fn exited(&mut self) -> Option<String> {
+        let status = self.child.try_wait().ok()??;
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        Some(format!(
+            "server {:?} exited ({status}); the tail of its stderr:\n{}",
+            self.name,
+            tail(&log)
+        ))
+    }
 }
 
 impl Drop for Server {
@@ -98,11 +135,19 @@ fn rss_mib(pid: u32) -> anyhow::Result<f64> {
     Ok(bytes as f64 / 1048576.0)
 }
 
-fn wait_for(socket: &Path) -> anyhow::Result<()> {
+/// Waits until `server` has created its socket; fails if it exits first.
+fn wait_for(server: &mut Server) -> anyhow::Result<()> {
     let start = Instant::now();
-    while !socket.exists() {
+    while !server.socket.exists() {
+        if let Some(exited) = server.exited() {
+            bail!("{exited}");
+        }
         if start.elapsed() > Duration::from_secs(30) {
-            bail!("server did not create {}", socket.display());
+            bail!(
+                "server {:?} did not create {}",
+                server.name,
+                server.socket.display()
+            );
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -110,43 +155,52 @@ fn wait_for(socket: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn run_tool(cmd: &mut Command) -> anyhow::Result<f64> {
+/// Runs client tool `cmd` against `server`, returning the seconds it took. When it fails, the
+/// error names the tool, its exit status and the tail of its stderr, and the server's too if
+/// the server has exited.
+fn run_tool(cmd: &mut Command, server: &mut Server) -> anyhow::Result<f64> {
     let start = Instant::now();
+    let program = cmd.get_program().to_string_lossy().into_owned();
     let out = cmd
         .stdout(Stdio::null())
         .output()
-        .with_context(|| format!("run {cmd:?}"))?;
+        .with_context(|| format!("run {program}"))?;
     if !out.status.success() {
-        bail!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        let mut msg = format!(
+            "peer {program} failed ({}) against server {:?}: {cmd:?}; the tail of its stderr:\n{}",
+            out.status,
+            server.name,
+            tail(&String::from_utf8_lossy(&out.stderr))
+        );
+        if let Some(exited) = server.exited() {
+            msg.push('\n');
+            msg.push_str(&exited);
+        }
+        bail!("{msg}");
     }
     Ok(start.elapsed().as_secs_f64())
 }
 
-fn measure(
-    name: &str,
-    server: &Server,
-    input: &Path,
-    size: u64,
-    bytes: u64,
-) -> anyhow::Result<Row> {
+fn measure(server: &mut Server, input: &Path, size: u64, bytes: u64) -> anyhow::Result<Row> {
     let uri = format!("nbd+unix:///?socket={}", server.socket.display());
     let pid = server.child.id();
     let rss_start = rss_mib(pid)?;
-    let write = run_tool(Command::new("nbdcopy").arg(input).arg(&uri))?;
+    let write = run_tool(Command::new("nbdcopy").arg(input).arg(&uri), server)?;
     let rss_full = rss_mib(pid)?;
     let device = server.control.as_deref().map(composition).transpose()?;
-    let read = run_tool(Command::new("nbdcopy").arg(&uri).arg("null:"))?;
+    let read = run_tool(Command::new("nbdcopy").arg(&uri).arg("null:"), server)?;
     run_tool(
         Command::new("qemu-io")
             .args(["-f", "raw", "-c", &format!("discard 0 {size}")])
             .arg(&uri),
+        server,
     )?;
     std::thread::sleep(Duration::from_millis(500));
     let rss_after_trim = rss_mib(pid)?;
     Ok(Row {
-        server: name.to_owned(),
+        server: server.name.to_owned(),
         write_mb_s: bytes as f64 / 1e6 / write,
-        read_mb_s: size as f64 / 1e6 / read,
+        read_mb_s: bytes as f64 / 1e6 / read,
         rss_start_mib: rss_start,
         rss_full_mib: rss_full,
         rss_after_trim_mib: rss_after_trim,
@@ -187,6 +241,9 @@ fn run_server(i: usize, dir: &Path, input: &Path, size: u64, bytes: u64) -> anyh
     let socket = dir.join(format!("s{i}.sock"));
     let zramd = name.starts_with("zramd");
     let control = zramd.then(|| dir.join(format!("c{i}.sock")));
+    let log = dir.join(format!("s{i}.log"));
+    let stderr =
+        std::fs::File::create(&log).with_context(|| format!("create {}", log.display()))?;
     // A previous round's sockets would make the server refuse to start (nbdkit) or the
     // wait below return at once.
     for path in [Some(&socket), control.as_ref()].into_iter().flatten() {
@@ -205,7 +262,7 @@ fn run_server(i: usize, dir: &Path, input: &Path, size: u64, bytes: u64) -> anyh
             .arg("--control")
             .arg(control)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()?
     } else {
         Command::new("nbdkit")
@@ -213,16 +270,18 @@ fn run_server(i: usize, dir: &Path, input: &Path, size: u64, bytes: u64) -> anyh
             .arg(&socket)
             .args(["memory", &format!("size={size}"), arg[0]])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .spawn()?
     };
-    let server = Server {
+    let mut server = Server {
+        name,
         child,
         socket,
         control,
+        log,
     };
-    wait_for(&server.socket)?;
-    measure(name, &server, input, size, bytes)
+    wait_for(&mut server)?;
+    measure(&mut server, input, size, bytes)
 }
 
 fn print_row(row: &Row) {
@@ -287,9 +346,17 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         .len();
     // Read the input once so that no server pays for bringing it into the page cache.
     std::io::copy(&mut std::fs::File::open(&args.input)?, &mut std::io::sink())?;
-    let size = bytes.next_multiple_of(1 << 30);
-    let dir = std::env::temp_dir().join(format!("zramd-bench-nbd-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
+    if bytes == 0 {
+        bail!("{} is empty", args.input.display());
+    }
+    // A whole number of every unit size the servers use.
+    let size = bytes.next_multiple_of(1 << 20);
+    // Removed when dropped: on success, on error and when unwinding from a panic.
+    let tmp = tempfile::Builder::new()
+        .prefix("zramd-bench-nbd-")
+        .tempdir()
+        .context("create a temporary folder")?;
+    let dir = tmp.path();
     let mut runs: Vec<Vec<Row>> = vec![Vec::new(); SERVERS.len()];
     let bar = crate::progress::bar("nbd", (args.repeat * SERVERS.len()) as u64);
     for round in 0..args.repeat {
@@ -302,7 +369,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         }
         for i in order {
             crate::progress::doing(SERVERS[i].0);
-            let row = run_server(i, &dir, &args.input, size, bytes)?;
+            let row = run_server(i, dir, &args.input, size, bytes)?;
             crate::progress::tick("");
             if !args.json {
                 crate::progress::print(|| print_row(&row));
@@ -311,7 +378,6 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         }
     }
     drop(bar);
-    let _ = std::fs::remove_dir_all(&dir);
     let rows: Vec<Row> = runs.iter().map(|r| median_row(r)).collect();
     if args.json {
         println!("{}", serde_json::to_string(&rows)?);

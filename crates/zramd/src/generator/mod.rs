@@ -220,6 +220,7 @@ fn device(
         name: s.name.clone(),
         size: Size(size),
         read_only: false,
+        image: None,
         config,
     }))
 }

@@ -27,6 +27,36 @@ pub const MAX_OPTION_DATA: u32 = 64 * 1024;
 /// longer data (or any oversized `EXPORT_NAME`, which cannot be refused) ends the session.
 pub const MAX_OPTION_SKIP: u32 = 1 << 20;
 
+/// An export's description as `NBD_OPT_LIST` and `NBD_INFO_DESCRIPTION` send it, as the
+/// device is now: `zram0: 1 GiB lz4 compressed RAM disk (zsmalloc)`, `, read-only` after it
+/// where so, or `zram0: uninitialized compressed RAM disk` before its disksize is set.
+fn description(export: &Export) -> String {
+    describe(export, export.device.zram().as_deref())
+}
+
+/// [`description`] with the device's state already in hand (`None`: not initialized).
+fn describe(export: &Export, zram: Option<&zram::Zram>) -> String {
+    let what = match zram {
+        Some(z) => {
+            let size = crate::human::size(z.disksize());
+            let (number, unit) = size.split_at(size.len() - 1);
+            let unit = if unit == "B" {
+                "bytes".to_owned()
+            } else {
+                format!("{unit}iB")
+            };
+            format!(
+                "{number} {unit} {} compressed RAM disk ({})",
+                z.algorithm(),
+                z.allocator()
+            )
+        }
+        None => "uninitialized compressed RAM disk".to_owned(),
+    };
+    let ro = if export.read_only { ", read-only" } else { "" };
+    format!("{}: {what}{ro}", export.name)
+}
+
 /// The transmission flags of an export.
 pub fn transmission_flags(read_only: bool, structured: bool) -> u16 {
     let mut flags = FLAG_HAS_FLAGS | FLAG_SEND_FLUSH | FLAG_SEND_CACHE | FLAG_CAN_MULTI_CONN;
@@ -259,9 +289,13 @@ impl<C: Conn> Negotiation<'_, C> {
                 if !data.is_empty() {
                     self.error(option, REP_ERR_INVALID, "NBD_OPT_LIST takes no data")?;
                 } else {
-                    let names: Vec<String> = self.exports.iter().map(|e| e.name.clone()).collect();
-                    for name in names {
-                        self.reply(option, REP_SERVER, &rep_server(&name))?;
+                    let list: Vec<(String, String)> = self
+                        .exports
+                        .iter()
+                        .map(|e| (e.name.clone(), description(e)))
+                        .collect();
+                    for (name, text) in list {
+                        self.reply(option, REP_SERVER, &rep_server(&name, &text))?;
                     }
                     self.reply(option, REP_ACK, &[])?;
                 }
@@ -326,13 +360,7 @@ impl<C: Conn> Negotiation<'_, C> {
             self.reply(option, REP_INFO, &info_string(INFO_NAME, &export.name))?;
         }
         if req.requests.contains(&INFO_DESCRIPTION) {
-            let text = format!(
-                "zramd: compressed RAM device {} ({} bytes, {}{})",
-                export.name,
-                size,
-                zram.algorithm(),
-                if export.read_only { ", read-only" } else { "" }
-            );
+            let text = describe(&export, Some(zram.as_ref()));
             self.reply(option, REP_INFO, &info_string(INFO_DESCRIPTION, &text))?;
         }
         // Sent whether asked or not: we enforce a maximum other than the default. The

@@ -512,12 +512,15 @@ pub fn info_block_size(minimum: u32, preferred: u32, maximum: u32) -> Vec<u8> {
     out
 }
 
-/// `NBD_REP_SERVER` data: name length and name.
-pub fn rep_server(name: &str) -> Vec<u8> {
+/// `NBD_REP_SERVER` data: name length, name, then the export's description (the rest of the
+/// reply; empty for none).
+pub fn rep_server(name: &str, description: &str) -> Vec<u8> {
     let name = truncate_str(name, MAX_STRING);
-    let mut out = Vec::with_capacity(4 + name.len());
+    let description = truncate_str(description, MAX_STRING);
+    let mut out = Vec::with_capacity(4 + name.len() + description.len());
     out.extend_from_slice(&(name.len() as u32).to_be_bytes());
     out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(description.as_bytes());
     out
 }
 
@@ -671,6 +674,19 @@ mod tests {
         );
         assert_eq!(query_selects_base_allocation("qemu:x", true), Ok(false));
         assert!(query_selects_base_allocation("nocolon", true).is_err());
+    }
+
+    #[test]
+    fn server_reply_carries_name_then_description() {
+        assert_eq!(rep_server("zram0", ""), b"\0\0\0\x05zram0");
+        assert_eq!(
+            rep_server("ro", "1 GiB lz4"),
+            b"\0\0\0\x02ro1 GiB lz4".to_vec()
+        );
+        let long = "é".repeat(MAX_STRING);
+        let r = rep_server("a", &long);
+        assert_eq!(r.len(), 4 + 1 + MAX_STRING, "cut on a character boundary");
+        assert_eq!(info_string(INFO_DESCRIPTION, "d"), b"\0\x02d");
     }
 
     #[test]

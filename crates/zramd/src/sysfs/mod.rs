@@ -370,7 +370,16 @@ mod tests {
             Err(libc::EINVAL),
             "wraps to 0"
         );
-        for (text, size) in [("0x100000", 1 << 20), ("010000", 4096), ("1Mxyz", 1 << 20)] {
+        // The kernel's memparse stops at the `.` of `1.5G` (1 byte, one page) and ignores
+        // what follows a suffix: the command line's `1.5G` and refused `1GB` do not apply here.
+        for (text, size) in [
+            ("0x100000", 1 << 20),
+            ("010000", 4096),
+            ("1Mxyz", 1 << 20),
+            ("1.5G", 4096),
+            ("1GiB", 1 << 30),
+            ("1GB", 1 << 30),
+        ] {
             write(&d, "disksize", text.as_bytes()).unwrap();
             assert_eq!(
                 read(&d, "disksize").unwrap(),
