@@ -5,19 +5,34 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// `bytes` in the largest binary unit that keeps it at least 1, one decimal where needed.
+/// `bytes` as zramctl prints sizes: in the largest binary unit (B, K, M, G, T, P, E) it
+/// reaches, with one decimal where that decimal is not 0. The decimal is the thousandths,
+/// truncated, then rounded half up to tenths, so `1023.96K` prints `1024K` (as zramctl).
 pub fn size(bytes: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "K", "M", "G", "T", "P"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit < UNITS.len() - 1 {
-        value /= 1024.0;
-        unit += 1;
+    const UNITS: [char; 7] = ['B', 'K', 'M', 'G', 'T', 'P', 'E'];
+    let mut exp = 0;
+    while exp < 60 && bytes >> (exp + 10) != 0 {
+        exp += 10;
     }
-    if unit == 0 || (value - value.round()).abs() < 0.05 {
-        format!("{}{}", value.round() as u64, UNITS[unit])
+    let mut whole = bytes >> exp;
+    let rest = bytes - (whole << exp);
+    // Thousandths of the unit; for a rest too large to multiply by 1000 (exbibytes),
+    // from its kibibytes, as zramctl computes it.
+    let thousandths = if rest >= u64::MAX / 1000 {
+        ((rest / 1024) * 1000) >> (exp - 10)
     } else {
-        format!("{value:.1}{}", UNITS[unit])
+        (rest * 1000) >> exp
+    };
+    let mut tenths = (thousandths + 50) / 100;
+    if tenths == 10 {
+        whole += 1;
+        tenths = 0;
+    }
+    let unit = UNITS[exp / 10];
+    if tenths == 0 {
+        format!("{whole}{unit}")
+    } else {
+        format!("{whole}.{tenths}{unit}")
     }
 }
 
@@ -143,5 +158,23 @@ mod tests {
         assert_eq!(super::size(512), "512B");
         assert_eq!(super::size(1 << 30), "1G");
         assert_eq!(super::size(12_900_000), "12.3M");
+        // Figures zramctl printed for these byte counts (a kernel zram device's mm_stat).
+        for (bytes, shown) in [
+            (1023, "1023B"),
+            (1024, "1K"),
+            (102_400, "100K"),
+            (31_588_352, "30.1M"),
+            (16_323_054, "15.6M"),
+            (18_055_168, "17.2M"),
+            (67_108_864, "64M"),
+        ] {
+            assert_eq!(super::size(bytes), shown, "{bytes}");
+        }
+        // Rounding: 1.05K is 1.0498 (1.0), 1.25K up to 1.3, 1023.96K to 1024K.
+        assert_eq!(super::size(1075), "1K");
+        assert_eq!(super::size(1280), "1.3K");
+        assert_eq!(super::size(1_048_535), "1024K");
+        assert_eq!(super::size(u64::MAX), "16E");
+        assert_eq!(super::size(3 << 60), "3E");
     }
 }

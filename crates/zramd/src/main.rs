@@ -11,6 +11,7 @@ mod classes;
 mod forward;
 mod manual;
 mod run;
+mod stat;
 mod top;
 
 use std::path::PathBuf;
@@ -238,14 +239,8 @@ const DEVICE_ARGS: [&str; 18] = [
 
 #[derive(Debug, clap::Args)]
 struct StatArgs {
-    /// Print the device's mm_stat line exactly as the kernel's sysfs file.
-    #[arg(long)]
-    raw: bool,
-    /// Print JSON.
-    #[arg(long)]
-    json: bool,
-    /// Only this device.
-    device: Option<String>,
+    #[command(flatten)]
+    options: stat::Options,
     #[command(flatten)]
     control: ControlArg,
 }
@@ -305,115 +300,6 @@ fn serve_options(a: &ServeArgs, matches: &ArgMatches) -> anyhow::Result<ServeOpt
     Ok(options)
 }
 
-fn stat(a: &StatArgs) -> anyhow::Result<()> {
-    let value = control::call_value(&a.control.path(), &Request::Stat)?;
-    if value.get("uswap").is_some() {
-        // A program run by `zramd run`: its regions.
-        let figures: uswap::ProgramFigures =
-            serde_json::from_value(value).context("parse the program's figures")?;
-        if a.json {
-            println!("{}", serde_json::to_string_pretty(&figures)?);
-        } else {
-            print!("{}", figures.format());
-        }
-        return Ok(());
-    }
-    let response: control::Response =
-        serde_json::from_value(value).context("parse the server's answer")?;
-    let mut devices = response.devices;
-    if let Some(name) = &a.device {
-        devices.retain(|d| &d.name == name);
-        if devices.is_empty() {
-            anyhow::bail!("no device named {name:?}");
-        }
-    }
-    if a.raw {
-        let d = devices.first().context("no devices")?;
-        print!("{}", d.mm_stat);
-    } else if a.json {
-        println!("{}", serde_json::to_string_pretty(&devices)?);
-    } else {
-        println!(
-            "{:<8} {:<9} {:<9} {:>8} {:>8} {:>8} {:>8} {:>6}  EXPORT",
-            "NAME", "ALGORITHM", "ALLOCATOR", "DISKSIZE", "DATA", "COMPR", "TOTAL", "RATIO"
-        );
-        for d in &devices {
-            println!(
-                "{:<8} {:<9} {:<9} {:>8} {:>8} {:>8} {:>8} {:>6.2}  {}",
-                d.name,
-                d.algorithm,
-                d.allocator.name(),
-                zramd::human::size(d.disksize),
-                zramd::human::size(d.data),
-                zramd::human::size(d.compr),
-                zramd::human::size(d.total),
-                d.ratio,
-                d.export
-            );
-        }
-        for d in &devices {
-            post_lines(d);
-        }
-    }
-    Ok(())
-}
-
-/// `zramd stat`'s lines on writeback, recompression, the policy, folding and deduplication
-/// of one device.
-fn post_lines(d: &zramd::registry::DeviceStat) {
-    use zramd::human::size;
-    let p = &d.post;
-    let backing = d.backing_dev.as_deref().unwrap_or("none");
-    print!(
-        "{}: backing_dev {backing}  bd_stat {} {} {} (pages held, read, written; {} written)",
-        d.name,
-        p.bd_count,
-        p.bd_reads,
-        p.bd_writes,
-        size(p.bd_write_bytes)
-    );
-    match &d.backing {
-        Some(b) => println!(
-            "  file {}  live {}  cache hits {}",
-            size(b.file_bytes),
-            size(b.live_bytes),
-            b.cache_hits
-        ),
-        None => println!(),
-    }
-    println!(
-        "{}: recompressed {} of {} attempts, {} saved; {} slots marked idle",
-        d.name,
-        p.recomp_done,
-        p.recomp_attempts,
-        size(p.recomp_saved_bytes),
-        p.idle_marked
-    );
-    let pol = &d.policy;
-    println!(
-        "{}: policy {}; {} rounds, {} recompressed, {} pages written back, {} errors",
-        d.name,
-        pol.policy,
-        pol.stats.rounds,
-        pol.stats.recompressed,
-        pol.stats.written_back_pages,
-        pol.stats.errors
-    );
-    let f = &d.fold;
-    println!(
-        "{}: dedup {}; {} folds, {} objects folded, {} pages folded; {} pages deduplicated ({} saved); {} shared objects, index {}",
-        d.name,
-        if f.dedup { "on" } else { "off" },
-        f.folds,
-        f.objects_folded,
-        f.pages_folded,
-        f.dedup_pages,
-        size(f.dedup_bytes),
-        f.shared_objects,
-        size(f.index_bytes)
-    );
-}
-
 /// What `zramd fold` prints: a line per device folded.
 fn print_folded(folded: &[control::Folded], json: bool) -> anyhow::Result<()> {
     if json {
@@ -464,7 +350,7 @@ fn cli_main() -> anyhow::Result<()> {
                 .context("serve's options")?;
             zramd::serve::run(&serve_options(&a, serve)?)
         }
-        Command::Stat(a) => stat(&a),
+        Command::Stat(a) => stat::stat(&a.control.path(), &a.options),
         Command::Compact { device, control } => {
             let r = control::call(&control.path(), &Request::Compact { device })?;
             println!("{} pages freed", r.pages_freed.unwrap_or(0));

@@ -102,7 +102,7 @@ fn idle_recompress_writeback_and_policy_from_the_command_line() {
         "{out}"
     );
 
-    let out = cli_ok(&control, &["stat"]);
+    let out = cli_ok(&control, &["stat", "-v"]);
     assert!(
         out.contains("zram0: backing_dev none  bd_stat 0 0 0"),
         "{out}"

@@ -231,8 +231,8 @@ fn cli_serve_stat_and_clean_stop_on_sigterm() {
         "{}",
         r.stdout
     );
-    let r = served.cli(&["stat", "--raw"]);
-    assert!(r.ok);
+    let r = served.cli(&["stat", "--mm-stat", "zram0"]);
+    assert!(r.ok, "{}", r.stderr);
     let fields: Vec<&str> = r.stdout.split_whitespace().collect();
     assert_eq!(fields.len(), 12, "{}", r.stdout);
     assert!(r.stdout.ends_with('\n'));
