@@ -21,10 +21,14 @@ enum Command {
     Bench(lab::bench::Args),
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
     // The untar bench serves a device in-process: its log goes where `zramd serve`'s does.
     zramd::logging::init();
-    match Cli::parse().command {
-        Command::Bench(args) => lab::bench::run(&args),
-    }
+    // A failed bench prints one line, as `zramd` does (no backtrace with RUST_BACKTRACE).
+    zramd::logging::exit_status(
+        "zramd-lab",
+        match Cli::parse().command {
+            Command::Bench(args) => lab::bench::run(&args),
+        },
+    )
 }
