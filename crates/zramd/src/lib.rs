@@ -21,6 +21,7 @@ pub mod nbd;
 pub mod registry;
 pub mod serve;
 pub(crate) mod stream;
+pub mod swap;
 pub mod sysfs;
 pub(crate) mod table;
 pub(crate) mod tally;

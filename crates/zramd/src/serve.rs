@@ -3,8 +3,7 @@
 
 use std::io::IsTerminal as _;
 use std::net::{SocketAddr, TcpListener};
-use std::os::unix::net::UnixListener;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -16,7 +15,7 @@ use zram::{Size, ZramConfig};
 
 use crate::device::Device;
 use crate::export::Export;
-use crate::listen::{Listener, SocketAccess, bind_unix};
+use crate::listen::{Listener, Made, SocketAccess};
 use crate::nbd::{ServerConfig, Service};
 use crate::registry::{Endpoint, Registry};
 
@@ -97,6 +96,11 @@ pub struct ServerSettings {
     #[command(flatten)]
     #[serde(flatten)]
     pub sockets: SocketAccess,
+    /// Ready the server to back swap: lock its memory (mlockall), mark its threads I/O
+    /// flushers (PR_SET_IO_FLUSHER), keep the OOM killer off it; needs root (docs/swap.md).
+    #[arg(long)]
+    #[serde(default)]
+    pub swap_safe: bool,
 }
 
 /// The config file (`--config FILE`).
@@ -214,36 +218,14 @@ fn resolve(addr: &str) -> anyhow::Result<SocketAddr> {
         .with_context(|| format!("address {addr:?} resolves to nothing"))
 }
 
-/// Socket files a start made, removed again unless the start succeeds.
-#[derive(Debug, Default)]
-struct Made(Vec<PathBuf>);
-
-impl Made {
-    /// Binds a unix socket and remembers its file.
-    fn unix(&mut self, path: &Path, access: &SocketAccess) -> anyhow::Result<UnixListener> {
-        let l = bind_unix(path, access)?;
-        self.0.push(path.to_owned());
-        Ok(l)
-    }
-
-    /// The start succeeded: the files stay.
-    fn keep(mut self) {
-        self.0.clear();
-    }
-}
-
-impl Drop for Made {
-    fn drop(&mut self) {
-        for p in &self.0 {
-            let _ = std::fs::remove_file(p);
-        }
-    }
-}
-
 impl Server {
     /// Makes the devices, binds everything and starts serving. A start that fails leaves
     /// no socket file behind.
     pub fn start(options: &ServeOptions) -> anyhow::Result<Self> {
+        if options.settings.swap_safe {
+            // First: the threads started from here on inherit the I/O flusher flag.
+            tracing::info!("{}", crate::swap::apply()?);
+        }
         let mut exports = Vec::new();
         for spec in &options.devices {
             exports.push(Arc::new(Export::new(

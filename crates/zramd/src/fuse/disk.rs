@@ -9,18 +9,21 @@ use zram::Zram;
 
 use crate::export::{Export, Op};
 
-/// Reads up to `size` bytes at `offset`.
-pub fn read(e: &Export, dev: &Zram, offset: u64, size: u32) -> Result<Vec<u8>, i32> {
+/// Reads up to `size` bytes at `offset` into `buf` (replacing what it held). The caller
+/// keeps `buf` from request to request, so a read allocates nothing once `buf` has grown to
+/// the largest request (the swap path relies on it: docs/swap.md).
+pub fn read(e: &Export, dev: &Zram, offset: u64, size: u32, buf: &mut Vec<u8>) -> Result<(), i32> {
+    buf.clear();
     let end = offset.saturating_add(u64::from(size)).min(dev.disksize());
     if offset >= end {
-        return Ok(Vec::new());
+        return Ok(());
     }
-    let mut buf = vec![0u8; (end - offset) as usize];
+    buf.resize((end - offset) as usize, 0);
     let start = Instant::now();
-    let r = dev.read(offset, &mut buf);
+    let r = dev.read(offset, buf);
     e.stats
         .record(Op::Read, buf.len() as u64, start.elapsed(), r.is_ok());
-    r.map(|()| buf).map_err(|err| err.errno())
+    r.map_err(|err| err.errno())
 }
 
 /// Writes what fits of `data` at `offset`; returns the bytes written.
