@@ -2,7 +2,7 @@
 //! swap (docs/swap.md).
 //!
 //! A swap device served from user space deadlocks when the server needs memory to store
-//! what the kernel swaps out to free memory. Two mitigations exist, and both are applied,
+//! what the kernel swaps out to free memory. These mitigations exist, and all are applied
 //! before the server makes its devices or starts a thread:
 //!
 //! - **`PR_SET_IO_FLUSHER`** marks the calling task (`PF_MEMALLOC_NOIO | PF_LOCAL_THROTTLE`):
@@ -18,7 +18,6 @@
 //!   is raised to unlimited where the process may (`CAP_SYS_RESOURCE`, or a hard limit
 //!   already unlimited). With a finite limit and no `CAP_IPC_LOCK` the server refuses to
 //!   start: once the locked memory reached the limit, the pool's next mapping would fail.
-//!
 //! - **`oom_score_adj = -1000`**: the OOM killer never picks the server. Killing it would
 //!   free its memory, but lose every page swapped to it (their owners would die on their
 //!   next touch). Needs `CAP_SYS_RESOURCE`.
@@ -57,8 +56,8 @@ impl std::fmt::Display for Applied {
 }
 
 /// Locks the process's memory, marks it an I/O flusher and keeps the OOM killer off it (see
-/// the module's text). Call on
-/// the main thread before any other thread starts: threads started earlier keep their flags.
+/// the module's text). Call on the main thread before any other thread starts: threads
+/// started earlier keep their flags.
 pub fn apply() -> anyhow::Result<Applied> {
     let memlock = memlock_limit()?;
     mlockall(MlockAllFlags::CURRENT | MlockAllFlags::FUTURE)
@@ -69,7 +68,7 @@ pub fn apply() -> anyhow::Result<Applied> {
         let why = match e {
             rustix::io::Errno::PERM => "needs CAP_SYS_RESOURCE",
             rustix::io::Errno::INVAL => "needs Linux 5.6 or later",
-            _ => "",
+            _ => "unexpected",
         };
         bail!(
             "swap-safe: prctl(PR_SET_IO_FLUSHER): {} ({why}; memory was locked: VmLck {} kB); \
