@@ -96,11 +96,6 @@ impl Served {
         let _ = self.child.wait();
     }
 
-    /// The server's process id.
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
     /// The NBD URI of `export`.
     pub fn uri(&self, export: &str) -> String {
         format!("nbd+unix:///{export}?socket={}", self.socket.display())
