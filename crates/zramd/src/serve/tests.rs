@@ -35,7 +35,8 @@ fn server_settings_are_top_level_keys() {
     let c = ConfigFile::parse(
         "max_connections = 8\nmax_handshakes = 2\nhandshake_timeout = \"5s\"\n\
          idle_timeout = 0\nio_timeout = 90\nmax_in_flight = \"64M\"\n\
-         socket_mode = \"0660\"\nsocket_group = \"disk\"\n[[device]]\nname = \"a\"\n",
+         socket_mode = \"0660\"\nsocket_group = \"disk\"\nswap_safe = true\n\
+         [[device]]\nname = \"a\"\n",
     )
     .unwrap();
     let nbd = &c.settings.nbd;
@@ -50,6 +51,7 @@ fn server_settings_are_top_level_keys() {
     );
     assert_eq!(c.settings.sockets.socket_mode, crate::listen::Mode(0o660));
     assert_eq!(c.settings.sockets.socket_group.as_deref(), Some("disk"));
+    assert!(c.settings.swap_safe);
     // What a file leaves out is the default, as on the command line.
     let d = ConfigFile::parse("[[device]]\nname = \"a\"\n").unwrap();
     assert_eq!(d.settings, ServerSettings::default());
