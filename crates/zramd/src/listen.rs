@@ -11,7 +11,7 @@ use std::io;
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::{FileTypeExt as _, PermissionsExt as _};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context as _, bail};
 use serde::{Deserialize, Serialize};
@@ -216,36 +216,6 @@ pub fn bind_unix(path: &Path, access: &SocketAccess) -> anyhow::Result<UnixListe
         return Err(e);
     }
     Ok(UnixListener::from(fd))
-}
-
-/// Socket files a start made, removed again unless the start succeeds.
-#[derive(Debug, Default)]
-pub(crate) struct Made(Vec<PathBuf>);
-
-impl Made {
-    /// Binds a unix socket and remembers its file.
-    pub(crate) fn unix(
-        &mut self,
-        path: &Path,
-        access: &SocketAccess,
-    ) -> anyhow::Result<UnixListener> {
-        let l = bind_unix(path, access)?;
-        self.0.push(path.to_owned());
-        Ok(l)
-    }
-
-    /// The start succeeded: the files stay.
-    pub(crate) fn keep(mut self) {
-        self.0.clear();
-    }
-}
-
-impl Drop for Made {
-    fn drop(&mut self) {
-        for p in &self.0 {
-            let _ = std::fs::remove_file(p);
-        }
-    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,8 @@
 
 use std::io::IsTerminal as _;
 use std::net::{SocketAddr, TcpListener};
-use std::path::PathBuf;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -15,7 +16,7 @@ use zram::{Size, ZramConfig};
 
 use crate::device::Device;
 use crate::export::Export;
-use crate::listen::{Listener, Made, SocketAccess};
+use crate::listen::{Listener, SocketAccess, bind_unix};
 use crate::nbd::{ServerConfig, Service};
 use crate::registry::{Endpoint, Registry};
 
@@ -216,6 +217,32 @@ fn resolve(addr: &str) -> anyhow::Result<SocketAddr> {
         .with_context(|| format!("address {addr:?}"))?
         .next()
         .with_context(|| format!("address {addr:?} resolves to nothing"))
+}
+
+/// Socket files a start made, removed again unless the start succeeds.
+#[derive(Debug, Default)]
+struct Made(Vec<PathBuf>);
+
+impl Made {
+    /// Binds a unix socket and remembers its file.
+    fn unix(&mut self, path: &Path, access: &SocketAccess) -> anyhow::Result<UnixListener> {
+        let l = bind_unix(path, access)?;
+        self.0.push(path.to_owned());
+        Ok(l)
+    }
+
+    /// The start succeeded: the files stay.
+    fn keep(mut self) {
+        self.0.clear();
+    }
+}
+
+impl Drop for Made {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = std::fs::remove_file(p);
+        }
+    }
 }
 
 impl Server {
