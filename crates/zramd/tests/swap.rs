@@ -12,7 +12,7 @@
 //!   device (the device's `orig_data_size`, the kernel's swap-out and swap-in counts) and
 //!   come back intact, the device's data must drop once the hog's swap is freed (discard),
 //!   and `swapoff` must succeed. Whatever happens, guards turn swap off, detach the loop
-//!   device, remove the cgroup and stop the server. Takes 6 to 12 s on a 2-vCPU VM (the
+//!   device, remove the cgroup and stop the server. Takes 3 to 12 s on a 2-vCPU VM (the
 //!   hog's 256 MiB out and back in through FUSE; docs/swap.md has the figures).
 //!
 //! The memory hog is this binary run with `ZRAMD_SWAP_TEST_HOG=<bytes>`, which is why the

@@ -9,10 +9,30 @@ use zram::Zram;
 
 use crate::export::{Export, Op};
 
-/// Reads up to `size` bytes at `offset` into `buf` (replacing what it held). The caller
-/// keeps `buf` from request to request, so a read allocates nothing once `buf` has grown to
-/// the largest request (the swap path relies on it: docs/swap.md).
-pub fn read(e: &Export, dev: &Zram, offset: u64, size: u32, buf: &mut Vec<u8>) -> Result<(), i32> {
+thread_local! {
+    /// The disk reads' buffer of this thread (a FUSE session thread), kept from request to
+    /// request: a read allocates nothing once it has grown to the largest request (the swap
+    /// path relies on it: docs/swap.md).
+    static READ_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Reads up to `size` bytes at `offset` into this thread's read buffer and hands the bytes
+/// (or the errno) to `f`.
+pub fn read_with<R>(
+    e: &Export,
+    dev: &Zram,
+    offset: u64,
+    size: u32,
+    f: impl FnOnce(Result<&[u8], i32>) -> R,
+) -> R {
+    READ_BUF.with_borrow_mut(|buf| {
+        let r = read(e, dev, offset, size, buf);
+        f(r.map(|()| buf.as_slice()))
+    })
+}
+
+/// Reads up to `size` bytes at `offset` into `buf` (replacing what it held).
+fn read(e: &Export, dev: &Zram, offset: u64, size: u32, buf: &mut Vec<u8>) -> Result<(), i32> {
     buf.clear();
     let end = offset.saturating_add(u64::from(size)).min(dev.disksize());
     if offset >= end {

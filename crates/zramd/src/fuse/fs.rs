@@ -36,11 +36,6 @@ use crate::export::{Export, ExportSet};
 use crate::hotplug;
 use crate::sysfs::ATTRS;
 
-thread_local! {
-    /// The disk reads' buffer of this session thread (see [`disk::read`]).
-    static READ_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
 const TTL: Duration = Duration::from_secs(1);
 
 /// The folder of `hot_add` and `hot_remove`, as `/sys/class/zram-control`.
@@ -306,12 +301,9 @@ impl Filesystem for ZramFs {
         let r = match node(ino.0) {
             Some(Node::Disk(d)) => match (self.export(d), self.disk(fh)) {
                 (Some(e), Some(dev)) => {
-                    // One buffer per session thread, reused: no allocation per read.
-                    return READ_BUF.with_borrow_mut(|buf| {
-                        match disk::read(&e, &dev, offset, size, buf) {
-                            Ok(()) => reply.data(buf),
-                            Err(code) => reply.error(errno(code)),
-                        }
+                    return disk::read_with(&e, &dev, offset, size, |r| match r {
+                        Ok(data) => reply.data(data),
+                        Err(code) => reply.error(errno(code)),
                     });
                 }
                 _ => Err(libc::EBADF),
