@@ -45,8 +45,9 @@ pub const CONTROL_DIR: &str = "zram-control";
 #[derive(Debug)]
 pub struct ZramFs {
     exports: Arc<ExportSet>,
-    /// Open `disk` files by file handle; requests look up, open/release change.
-    open_disks: RwLock<HashMap<u64, Opened>>,
+    /// Open `disk` files by file handle, each with its export (looked up once, at open);
+    /// requests look up, open/release change.
+    open_disks: RwLock<HashMap<u64, (Arc<Export>, Opened)>>,
     next_fh: AtomicU64,
     /// Modes, owners and times set by `chmod`, `chown` and `touch`.
     meta: MetaTable,
@@ -150,9 +151,11 @@ impl ZramFs {
         })
     }
 
-    fn disk(&self, fh: FileHandle) -> Option<Arc<zram::Zram>> {
-        // The Opened guard stays in the table; hand out the device itself for the request.
-        self.open_disks.read().get(&fh.0).map(|o| o.arc())
+    /// An open `disk` file's export and device. The Opened guard stays in the table; the
+    /// request gets the device itself.
+    fn disk(&self, fh: FileHandle) -> Option<(Arc<Export>, Arc<zram::Zram>)> {
+        let disks = self.open_disks.read();
+        disks.get(&fh.0).map(|(e, o)| (Arc::clone(e), o.arc()))
     }
 }
 
@@ -267,7 +270,7 @@ impl Filesystem for ZramFs {
                     return reply.error(errno(libc::ENXIO));
                 };
                 let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-                self.open_disks.write().insert(fh, opened);
+                self.open_disks.write().insert(fh, (e, opened));
                 reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO);
             }
             Some(n @ (Node::Attr(..) | Node::HotAdd | Node::HotRemove)) => {
@@ -299,8 +302,8 @@ impl Filesystem for ZramFs {
         reply: ReplyData,
     ) {
         let r = match node(ino.0) {
-            Some(Node::Disk(d)) => match (self.export(d), self.disk(fh)) {
-                (Some(e), Some(dev)) => {
+            Some(Node::Disk(_)) => match self.disk(fh) {
+                Some((e, dev)) => {
                     return disk::read_with(&e, &dev, offset, size, |r| match r {
                         Ok(data) => reply.data(data),
                         Err(code) => reply.error(errno(code)),
@@ -337,8 +340,8 @@ impl Filesystem for ZramFs {
         reply: ReplyWrite,
     ) {
         match node(ino.0) {
-            Some(Node::Disk(d)) => match (self.export(d), self.disk(fh)) {
-                (Some(e), Some(dev)) => match disk::write(&e, &dev, offset, data) {
+            Some(Node::Disk(_)) => match self.disk(fh) {
+                Some((e, dev)) => match disk::write(&e, &dev, offset, data) {
                     Ok(n) => reply.written(n),
                     Err(code) => reply.error(errno(code)),
                 },
@@ -379,7 +382,7 @@ impl Filesystem for ZramFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        if let (Some(Node::Disk(_)), Some(dev)) = (node(ino.0), self.disk(fh))
+        if let (Some(Node::Disk(_)), Some((_, dev))) = (node(ino.0), self.disk(fh))
             && let Err(e) = dev.flush()
         {
             return reply.error(errno(e.errno()));
@@ -578,14 +581,10 @@ impl Filesystem for ZramFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let (Some(Node::Disk(d)), Some(dev)) = (node(ino.0), self.disk(fh)) else {
+        let (Some(Node::Disk(_)), Some((e, dev))) = (node(ino.0), self.disk(fh)) else {
             return reply.error(errno(libc::EOPNOTSUPP));
         };
-        let r = match self.export(d) {
-            Some(e) => disk::fallocate(&e, &dev, offset, length, mode),
-            None => Err(libc::ENOENT),
-        };
-        match r {
+        match disk::fallocate(&e, &dev, offset, length, mode) {
             Ok(()) => reply.ok(),
             Err(code) => reply.error(errno(code)),
         }
