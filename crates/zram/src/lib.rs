@@ -68,8 +68,8 @@ pub use writeback::WritebackReport;
 /// The allocator's types a device's settings and figures name, so that front ends reach the
 /// allocator only through this crate.
 pub use zsmalloc::{
-    Allocator, Backend, ClassStats, FoldReport, Geometry, Handle, Pool, PoolConfig, ShareStats,
-    class::Header, format_class_table,
+    Allocator, Backend, ClassStats, FoldReport, Geometry, Handle, Locking, Pool, PoolConfig,
+    ShareStats, class::Header, format_class_table,
 };
 
 /// Bytes in one page (one slot).

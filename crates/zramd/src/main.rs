@@ -198,7 +198,7 @@ struct ServeArgs {
     fuse: Option<PathBuf>,
     /// TOML file with several devices (`[[device]]` tables with the device options above as
     /// keys: name, size, algorithm, level, mem_limit, unit_size, allocator, chain_size, geometry,
-    /// object_header, shards, read_only, backing_dev, writeback_batch_size,
+    /// object_header, shards, locking, read_only, backing_dev, writeback_batch_size,
     /// readback_readahead, dedup, recomp_algorithm = [{ priority = 1, algorithm = "zstd" }], and a
     /// [device.policy] table), the addresses, and the server options above as
     /// top-level keys (max_connections, idle_timeout, socket_mode, …).
@@ -216,7 +216,7 @@ fn parse_allocator(s: &str) -> Result<zram::Allocator, String> {
 }
 
 /// The ids of the device options, which a config file replaces.
-const DEVICE_ARGS: [&str; 18] = [
+const DEVICE_ARGS: [&str; 19] = [
     "allocator",
     "name",
     "size",
@@ -230,6 +230,7 @@ const DEVICE_ARGS: [&str; 18] = [
     "geometry",
     "header",
     "shards",
+    "locking",
     "recomp_algorithm",
     "backing_dev",
     "writeback_batch_size",

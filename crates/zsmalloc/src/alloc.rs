@@ -22,8 +22,7 @@ use crate::class::ClassGeometry;
 use crate::error::{Error, Result};
 use crate::handle::{Flags, Handle, Location};
 use crate::pool::{Pool, check_size};
-use crate::shard::{ClassShard, Resolved, ShardInner, Target};
-use crate::sync::MutexGuard;
+use crate::shard::{ClassShard, Resolved, ShardGuard, ShardInner, Target};
 use crate::zspage::{ZsPage, set_header};
 
 impl Pool {
@@ -99,8 +98,8 @@ impl Pool {
         &'a self,
         pos: usize,
         shard: &'a ClassShard,
-        mut inner: MutexGuard<'a, ShardInner>,
-    ) -> Result<(Handle, u32, Location, MutexGuard<'a, ShardInner>)> {
+        mut inner: ShardGuard<'a>,
+    ) -> Result<(Handle, u32, Location, ShardGuard<'a>)> {
         let geom = shard.geom;
         let huge = geom.is_huge();
         let id = match inner.fullest_with_room(None) {

@@ -44,6 +44,14 @@ pub struct PoolConfig {
     /// 1 packs exactly as the kernel).
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 0))]
     pub shards: usize,
+    /// zsmalloc locking: pool (one lock for the whole pool), class (one lock per size
+    /// class, the kernel's) or sharded (a lock per class shard, zramd's; `shards` applies
+    /// to it alone).
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, value_enum, default_value_t = Locking::default())
+    )]
+    pub locking: Locking,
     /// Fault every new zspage in at once so that process RSS equals the pages held.
     #[cfg_attr(feature = "clap", arg(skip = true))]
     pub populate: bool,
@@ -51,6 +59,52 @@ pub struct PoolConfig {
     /// page lists); the rest go back to the OS at once.
     #[cfg_attr(feature = "clap", arg(skip = DEFAULT_PAGE_CACHE_PAGES))]
     pub page_cache_pages: usize,
+}
+
+/// Which locks guard a zsmalloc pool's size classes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum Locking {
+    /// One lock for the whole pool: every malloc, free, read, write and compaction step of
+    /// any class takes it (the consolidation of seed 001, kernels 6.3 to 6.11).
+    Pool,
+    /// One lock per size class, never sharded (the kernel's per-class locks).
+    Class,
+    /// A lock per class shard, classes sharded per thread once contended (zramd's).
+    #[default]
+    Sharded,
+}
+
+impl Locking {
+    /// Every mode, in the order tests and benches go through them.
+    pub const ALL: [Locking; 3] = [Locking::Pool, Locking::Class, Locking::Sharded];
+
+    /// The name config files and command lines use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Locking::Pool => "pool",
+            Locking::Class => "class",
+            Locking::Sharded => "sharded",
+        }
+    }
+}
+
+impl std::fmt::Display for Locking {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Locking {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        Locking::ALL
+            .into_iter()
+            .find(|l| l.name() == s)
+            .ok_or_else(|| format!("unknown locking {s:?} (pool, class or sharded)"))
+    }
 }
 
 impl PoolConfig {
@@ -86,6 +140,7 @@ impl Default for PoolConfig {
             populate: true,
             page_cache_pages: DEFAULT_PAGE_CACHE_PAGES,
             shards: 0,
+            locking: Locking::default(),
             geometry: Geometry::default(),
             header: Header::default(),
         }

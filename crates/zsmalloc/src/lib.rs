@@ -60,7 +60,7 @@ pub use afmalloc::Afmalloc;
 pub use allocator::Allocator;
 pub use backend::Backend;
 pub use class::{ClassGeometry, ClassTable, Geometry};
-pub use config::{DEFAULT_PAGE_CACHE_PAGES, PoolConfig};
+pub use config::{DEFAULT_PAGE_CACHE_PAGES, Locking, PoolConfig};
 pub use error::{Error, Result};
 pub use fold::{FoldReport, ShareStats};
 pub use handle::Handle;

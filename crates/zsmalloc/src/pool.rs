@@ -29,10 +29,15 @@
 //! 2. the page-source lock (`sys::PageSource`) — a leaf, never held while taking another.
 //!    Zspage pages are obtained and given back without the class-shard lock held.
 //!
+//! With [`Locking::Pool`](crate::Locking) every class-shard lock takes the pool's one lock
+//! first (0. in this order): the seed's consolidation, under which every operation of any
+//! class waits for every other. It is safe because no operation holds two class-shard
+//! locks at once.
+//!
 //! The pool-wide page counters are atomics, taken under no lock.
 //!
-//! Beyond the kernel, each size class is split into up to 16 *shards* (`PoolConfig::shards`,
-//! one per CPU by default), each with its own lock, zspages and handle table; an object
+//! Beyond the kernel, with the default [`Locking::Sharded`](crate::Locking), each size class
+//! is split into up to 16 *shards* (`PoolConfig::shards`, one per CPU by default), each with its own lock, zspages and handle table; an object
 //! stays in its shard for life. A class uses its first shard until threads contend for it,
 //! then each thread its own (see `shard.rs`), so a class one thread uses packs exactly as
 //! the kernel's. Sharing, deduplication and folding work across the shards of a class.
@@ -92,7 +97,7 @@ impl Pool {
         }
         .clamp(1, MAX_SHARDS_PER_CLASS);
         Ok(Self {
-            shards: Shards::new(&table, per_class),
+            shards: Shards::new(&table, config.locking, per_class),
             table,
             source: PageSource::new(config.populate, config.page_cache_pages),
             pages_allocated: CachePadded::new(AtomicUsize::new(0)),

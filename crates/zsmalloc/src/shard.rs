@@ -23,11 +23,13 @@
 //! contends for stay on one shard and pack exactly as the kernel's. The cost is at most one
 //! partly used zspage per sharded class per extra shard.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use crossbeam_utils::CachePadded;
 
 use crate::class::{ClassGeometry, ClassTable, NUM_CLASSES};
+use crate::config::Locking;
 use crate::handle::{AnchorRef, Flags, HandleTable, Location, MAX_CLASS_SHARDS, MAX_ZSPAGES, Slot};
 use crate::sharing::Sharing;
 use crate::sync::{AtomicBool, Mutex, MutexGuard};
@@ -43,8 +45,75 @@ const _: () = assert!(NUM_CLASSES * MAX_SHARDS_PER_CLASS <= MAX_CLASS_SHARDS);
 #[derive(Debug)]
 pub(crate) struct ClassShard {
     pub geom: ClassGeometry,
-    /// The class-shard lock.
-    pub inner: Mutex<ShardInner>,
+    /// The class-shard lock (with the pool lock before it, in pool locking).
+    pub inner: ShardLock,
+}
+
+/// A class shard's lock: its own mutex and, with [`Locking::Pool`], the pool's one lock,
+/// which every shard of the pool shares and which is taken first. Since no operation holds
+/// two class-shard locks at once, the pool lock is then the only one ever contended: the
+/// seed's consolidation, where every operation of any class takes one lock.
+#[derive(Debug)]
+pub(crate) struct ShardLock {
+    pool: Option<Arc<CachePadded<Mutex<()>>>>,
+    shard: Mutex<ShardInner>,
+}
+
+/// A held class-shard lock (and the pool lock, if it has one); gives access to what the
+/// lock protects.
+#[derive(Debug)]
+pub(crate) struct ShardGuard<'a> {
+    // Dropped in this order: the shard's own mutex first, then the pool's.
+    shard: MutexGuard<'a, ShardInner>,
+    _pool: Option<MutexGuard<'a, ()>>,
+}
+
+impl ShardLock {
+    fn new(pool: Option<Arc<CachePadded<Mutex<()>>>>) -> Self {
+        Self {
+            pool,
+            shard: Mutex::new(ShardInner::new()),
+        }
+    }
+
+    /// Takes the lock (the pool lock first, if there is one).
+    #[inline]
+    pub fn lock(&self) -> ShardGuard<'_> {
+        let pool = self.pool.as_ref().map(|p| p.lock());
+        ShardGuard {
+            shard: self.shard.lock(),
+            _pool: pool,
+        }
+    }
+
+    /// Takes the lock if nobody holds it (nor the pool lock, if there is one).
+    #[inline]
+    pub fn try_lock(&self) -> Option<ShardGuard<'_>> {
+        let pool = match &self.pool {
+            Some(p) => Some(p.try_lock()?),
+            None => None,
+        };
+        Some(ShardGuard {
+            shard: self.shard.try_lock()?,
+            _pool: pool,
+        })
+    }
+}
+
+impl std::ops::Deref for ShardGuard<'_> {
+    type Target = ShardInner;
+
+    #[inline]
+    fn deref(&self) -> &ShardInner {
+        &self.shard
+    }
+}
+
+impl std::ops::DerefMut for ShardGuard<'_> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut ShardInner {
+        &mut self.shard
+    }
 }
 
 /// What the class-shard lock protects.
@@ -299,9 +368,17 @@ pub(crate) struct Shards {
 }
 
 impl Shards {
-    /// `per_class` shards (1..=[`MAX_SHARDS_PER_CLASS`]) for every class of `table`.
-    pub fn new(table: &ClassTable, per_class: usize) -> Self {
+    /// The shards of every class of `table` for `locking`: `per_class` shards
+    /// (1..=[`MAX_SHARDS_PER_CLASS`]) per class when sharded, one otherwise; with
+    /// [`Locking::Pool`], every shard's lock takes the one pool lock first.
+    pub fn new(table: &ClassTable, locking: Locking, per_class: usize) -> Self {
         debug_assert!((1..=MAX_SHARDS_PER_CLASS).contains(&per_class));
+        let per_class = match locking {
+            Locking::Sharded => per_class,
+            Locking::Class | Locking::Pool => 1,
+        };
+        let pool_lock =
+            (locking == Locking::Pool).then(|| Arc::new(CachePadded::new(Mutex::new(()))));
         let all = table
             .classes()
             .iter()
@@ -309,7 +386,7 @@ impl Shards {
             .map(|geom| {
                 CachePadded::new(ClassShard {
                     geom,
-                    inner: Mutex::new(ShardInner::new()),
+                    inner: ShardLock::new(pool_lock.clone()),
                 })
             })
             .collect();
@@ -370,10 +447,7 @@ impl Shards {
     /// kernel's, and only classes that threads really contend for pay for extra shards.
     /// Returns the shard's position, the shard and its lock.
     #[inline]
-    pub fn lock_for_malloc(
-        &self,
-        class_pos: usize,
-    ) -> (usize, &ClassShard, MutexGuard<'_, ShardInner>) {
+    pub fn lock_for_malloc(&self, class_pos: usize) -> (usize, &ClassShard, ShardGuard<'_>) {
         let first = class_pos * self.per_class;
         if self.per_class > 1
             && let Some(pinned) = PINNED.with(std::cell::Cell::get)

@@ -14,7 +14,7 @@ use std::thread;
 use pool::pool;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use zsmalloc::{Handle, Pool, PoolConfig};
+use zsmalloc::{Handle, Locking, Pool, PoolConfig};
 
 const WORKERS: u64 = 3;
 const ITERATIONS: usize = 600_000;
@@ -190,6 +190,29 @@ fn stress_chain_8_shard_per_cpu_device() {
     stress(
         PoolConfig {
             chain_size: 8,
+            ..PoolConfig::default()
+        },
+        0,
+    );
+}
+
+#[test]
+fn stress_chain_4_class_locking_seed() {
+    stress(
+        PoolConfig {
+            locking: Locking::Class,
+            ..PoolConfig::seed(4)
+        },
+        0,
+    );
+}
+
+#[test]
+fn stress_chain_8_pool_locking_device() {
+    stress(
+        PoolConfig {
+            chain_size: 8,
+            locking: Locking::Pool,
             ..PoolConfig::default()
         },
         0,

@@ -7,6 +7,8 @@
 //! handle in every object's header, which the invariants check) and the zram device's (the
 //! default: min-waste zspage lengths, no header, so compaction finds objects through the
 //! handle table alone).
+//!
+//! And in each locking mode (`PoolConfig::locking`): sharded (the default), class and pool.
 
 use std::collections::HashMap;
 
@@ -14,7 +16,7 @@ use proptest::prelude::*;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use zsmalloc::{Error, Handle, Pool, PoolConfig};
+use zsmalloc::{Error, Handle, Locking, Pool, PoolConfig};
 
 /// How a malloc size is chosen; `NearHuge` is relative to the pool's `huge_class_size`.
 #[derive(Debug, Clone, Copy)]
@@ -102,6 +104,12 @@ fn device(chain: usize) -> PoolConfig {
         chain_size: chain,
         ..PoolConfig::default()
     }
+}
+
+/// `config` with another locking mode (its `shards` setting, given to `run`, then applies
+/// to nothing).
+fn locking(locking: Locking, config: PoolConfig) -> PoolConfig {
+    PoolConfig { locking, ..config }
 }
 
 /// The pool under test, the model, and the handles in a stable order for picking.
@@ -346,6 +354,21 @@ proptest! {
     #[test]
     fn model_chain_16_device(ops in prop::collection::vec(op(), 1..300)) {
         run(device(16), 1, &ops)?;
+    }
+
+    #[test]
+    fn model_chain_4_pool_locking_seed(ops in prop::collection::vec(op(), 1..300)) {
+        run(locking(Locking::Pool, seed(4)), 3, &ops)?;
+    }
+
+    #[test]
+    fn model_chain_8_pool_locking_device(ops in prop::collection::vec(op(), 1..300)) {
+        run(locking(Locking::Pool, device(8)), 3, &ops)?;
+    }
+
+    #[test]
+    fn model_chain_8_class_locking_device(ops in prop::collection::vec(op(), 1..300)) {
+        run(locking(Locking::Class, device(8)), 3, &ops)?;
     }
 }
 

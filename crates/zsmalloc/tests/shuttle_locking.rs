@@ -23,7 +23,7 @@ use check::check;
 use pool::pool;
 use schedules::{fill, settle, tally};
 use shuttle::thread::{self, JoinHandle};
-use zsmalloc::{FoldReport, Handle, Pool, PoolConfig, pin_malloc_shard};
+use zsmalloc::{FoldReport, Handle, Locking, Pool, PoolConfig, pin_malloc_shard};
 
 /// With chain 4, 2700-byte objects (2708 without the header) live in class 168 (2720 bytes):
 /// 3 objects per 2 pages, so a handful of objects spread over several zspages, compaction has
@@ -39,11 +39,15 @@ static RUNS: AtomicUsize = AtomicUsize::new(0);
 /// Explores `scenario` under `schedules` random and `schedules` PCT schedules in the seed
 /// kernel's layout (the handle in every object), then under half as many random ones in the
 /// zram device's (the default: objects without the handle header, so 8 bytes more of
-/// caller data land in the same class). Returns how many schedules ran (`runs` counts them)
+/// caller data land in the same class), and with `pool_locking` as many in the seed's layout
+/// with the pool's one lock (`Locking::Pool`, which has one shard per class: not for
+/// scenarios of two shards; the others' one shard per class is `Locking::Class` already).
+/// Returns how many schedules ran (`runs` counts them)
 /// and in how many the racing operation had work to do (`hits`).
 fn explore(
     scenario: fn(PoolConfig),
     schedules: usize,
+    pool_locking: bool,
     runs: &AtomicUsize,
     hits: &AtomicUsize,
 ) -> (usize, usize) {
@@ -58,6 +62,17 @@ fn explore(
         },
         schedules / 2,
     );
+    if pool_locking {
+        shuttle::check_random(
+            move || {
+                scenario(PoolConfig {
+                    locking: Locking::Pool,
+                    ..PoolConfig::seed(4)
+                })
+            },
+            schedules / 2,
+        );
+    }
     (runs.load(Ordering::Relaxed), hits.load(Ordering::Relaxed))
 }
 
@@ -175,9 +190,9 @@ fn scenario_with(config: PoolConfig) {
 /// scenario.
 #[test]
 fn malloc_write_read_free_race_compaction() {
-    let (runs, compacted) = explore(scenario_with, 20_000, &RUNS, &COMPACTED);
+    let (runs, compacted) = explore(scenario_with, 20_000, true, &RUNS, &COMPACTED);
     println!("{runs} schedules, compaction moved objects in {compacted}");
-    assert_eq!(runs, 50_000);
+    assert_eq!(runs, 60_000);
     assert!(compacted > 0, "compaction never had work to do");
 }
 
@@ -329,9 +344,9 @@ fn fold_scenario_with(config: PoolConfig) {
 
 #[test]
 fn fold_races_free_share_dedup_compaction_and_readers() {
-    let (runs, folded) = explore(fold_scenario_with, 20_000, &FOLD_RUNS, &FOLDED);
+    let (runs, folded) = explore(fold_scenario_with, 20_000, true, &FOLD_RUNS, &FOLDED);
     println!("{runs} schedules, the racing fold folded in {folded}");
-    assert_eq!(runs, 50_000);
+    assert_eq!(runs, 60_000);
     assert!(folded > 0, "the racing fold never folded");
 }
 
@@ -452,6 +467,7 @@ fn cross_shard_fold_races_free_share_dedup_compaction_and_readers() {
     let (runs, folded) = explore(
         cross_shard_scenario_with,
         10_000,
+        false,
         &CROSS_RUNS,
         &CROSS_FOLDED,
     );

@@ -71,7 +71,7 @@ fn server_settings_are_top_level_keys() {
 fn config_file_keys_are_the_settings() {
     let c = ConfigFile::parse(
         "[[device]]\nname = \"a\"\nsize = \"64M\"\nalgorithm = \"zstd\"\nlevel = 5\n\
-         chain_size = 4\ngeometry = \"seed\"\nunit_size = \"32K\"\nread_only = true\n\
+         chain_size = 4\ngeometry = \"seed\"\nlocking = \"pool\"\nunit_size = \"32K\"\nread_only = true\n\
          [[device]]\nname = \"b\"\n",
     )
     .unwrap();
@@ -81,6 +81,7 @@ fn config_file_keys_are_the_settings() {
     assert_eq!(a.config.params.level, Some(5));
     assert_eq!(a.config.pool.chain_size, 4);
     assert_eq!(a.config.pool.geometry, zram::Geometry::Seed);
+    assert_eq!(a.config.pool.locking, zram::Locking::Pool);
     assert_eq!(a.config.unit_size, Size(32 << 10));
     assert!(a.read_only);
     // One default everywhere: what a table leaves out is the device's default.
