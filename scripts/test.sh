@@ -10,7 +10,7 @@ setup_only=false
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   need=()
-  for pkg in libnbd-bin python3-libnbd qemu-utils fio nbdkit fuse3 e2fsprogs fonts-dejavu-core openssl libssl-dev pkg-config systemd man-db groff-base; do
+  for pkg in libnbd-bin python3-libnbd qemu-utils fio nbdkit fuse3 e2fsprogs fonts-dejavu-core openssl libssl-dev pkg-config systemd man-db groff-base fsmark; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
   done
   if [ ${#need[@]} -gt 0 ]; then

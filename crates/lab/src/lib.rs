@@ -3,7 +3,7 @@
 //! `zramd-lab bench ARGS…`.
 //!
 //! - [`bench`]: the measurements (`bench --input FILE`, `bench pool`, `bench nbd`,
-//!   `bench untar`, `bench dedup`), each a clap `Args` and a `run()`;
+//!   `bench untar`, `bench dedup`, `bench locking`), each a clap `Args` and a `run()`;
 //! - [`kernel`]: the kernel's own zram, hot-added for side-by-side runs and parity tests;
 //! - [`progress`]: progress bars of the long benches (stderr, on a terminal only);
 //! - [`rss`]: this process's resident memory;

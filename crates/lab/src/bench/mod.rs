@@ -4,6 +4,7 @@
 mod cold;
 mod dedup;
 mod device;
+pub mod locking;
 mod nbd;
 pub mod pool;
 mod swap_ra;
@@ -36,6 +37,9 @@ enum What {
     /// Seed 002's readahead on a userfaultfd region (issue 14): sequential, random and
     /// combined workloads with readahead on and off, and the fault latency of each tier.
     Uswap(Box<swap_ra::Args>),
+    /// Seed 001's experiment: fs_mark and a build on ext4, for each zsmalloc locking mode
+    /// (pool, class, sharded) and the kernel's zram.
+    Locking(Box<locking::Args>),
 }
 
 /// Runs the measurement `args` names.
@@ -47,6 +51,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         Some(What::Untar(a)) => untar::run(a),
         Some(What::Dedup(a)) => dedup::run(a),
         Some(What::Uswap(a)) => swap_ra::run(a),
+        Some(What::Locking(a)) => locking::main(a),
         None => device::run(&args.device),
     }
 }

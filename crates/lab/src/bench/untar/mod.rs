@@ -21,7 +21,7 @@
 
 pub mod figures;
 pub mod plot;
-mod side;
+pub(crate) mod side;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
