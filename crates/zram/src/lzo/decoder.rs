@@ -10,6 +10,8 @@ use super::DecodeError;
 /// The version marker's first byte, and the shortest stream that may carry one.
 const VERSION_MARKER: u8 = 17;
 const MIN_VERSIONED_LEN: usize = 5;
+/// The word a copy moves at a time when the output has room past its end.
+const CHUNK: usize = 8;
 
 /// Decodes one stream of either variant into `dst`, returning the bytes written.
 ///
@@ -180,18 +182,21 @@ impl Decoder<'_, '_> {
     }
 
     fn literals(&mut self, n: usize) -> Result<(), DecodeError> {
-        let src_end = match self.ip.checked_add(n) {
+        let (ip, op) = (self.ip, self.op);
+        if n <= 16 && ip + 16 <= self.src.len() && op + 16 <= self.dst.len() {
+            // Short runs (most of them): one fixed-size copy; the bytes past `op + n` are
+            // rewritten later.
+            self.dst[op..op + 16].copy_from_slice(&self.src[ip..ip + 16]);
+            self.ip = ip + n;
+            self.op = op + n;
+            return Ok(());
+        }
+        let src_end = match ip.checked_add(n) {
             Some(end) if end <= self.src.len() => end,
             _ => return Err(self.truncated()),
         };
         let end = self.out_end(n)?;
-        if n <= 8 && self.ip + 8 <= self.src.len() && self.op + 8 <= self.dst.len() {
-            // Short runs: one fixed-size copy; the bytes past `end` are rewritten later.
-            let (ip, op) = (self.ip, self.op);
-            self.dst[op..op + 8].copy_from_slice(&self.src[ip..ip + 8]);
-        } else {
-            self.dst[self.op..end].copy_from_slice(&self.src[self.ip..src_end]);
-        }
+        self.dst[op..end].copy_from_slice(&self.src[ip..src_end]);
         self.ip = src_end;
         self.op = end;
         Ok(())
@@ -209,15 +214,27 @@ impl Decoder<'_, '_> {
         }
         let end = self.out_end(len)?;
         let from = self.op - distance;
-        if len <= 16 && distance >= 16 && self.op + 16 <= self.dst.len() {
-            // Short copies: one fixed-size copy; the bytes past `end` are rewritten later.
-            let (head, tail) = self.dst.split_at_mut(self.op);
-            tail[..16].copy_from_slice(&head[from..from + 16]);
+        if end + 2 * CHUNK <= self.dst.len() {
+            // Room for whole chunks past `end`: copy in chunks of 8 or 16 bytes, each read
+            // from bytes already written, overshooting `end` by less than a chunk.
+            if distance >= 2 * CHUNK {
+                chunks::<{ 2 * CHUNK }>(self.dst, from, self.op, end);
+            } else if distance >= CHUNK {
+                chunks::<CHUNK>(self.dst, from, self.op, end);
+            } else {
+                // A pattern shorter than a chunk: its first chunk byte by byte, then whole
+                // chunks from the nearest multiple of the period at least a chunk back.
+                let head = (self.op + CHUNK).min(end);
+                for d in self.op..head {
+                    self.dst[d] = self.dst[d - distance];
+                }
+                if head < end {
+                    let period = CHUNK.next_multiple_of(distance);
+                    chunks::<CHUNK>(self.dst, head - period, head, end);
+                }
+            }
         } else if distance >= len {
             self.dst.copy_within(from..from + len, self.op);
-        } else if distance == 1 {
-            let b = self.dst[from];
-            self.dst[self.op..end].fill(b);
         } else {
             // Each pass copies a whole number of periods, doubling what is available.
             let mut done = 0;
@@ -229,5 +246,17 @@ impl Decoder<'_, '_> {
         }
         self.op = end;
         Ok(())
+    }
+}
+
+/// Copies `dst[from..]` to `dst[to..end]` in `N`-byte chunks, up to `N - 1` bytes past `end`
+/// (which `dst` must hold); `to - from >= N`, so every chunk is read after it is written.
+fn chunks<const N: usize>(dst: &mut [u8], mut from: usize, mut to: usize, end: usize) {
+    while to < end {
+        let mut w = [0u8; N];
+        w.copy_from_slice(&dst[from..from + N]);
+        dst[to..to + N].copy_from_slice(&w);
+        from += N;
+        to += N;
     }
 }

@@ -13,12 +13,12 @@
 
 use super::{Variant, worst_case_compressed_len};
 
-/// log2 of the number of hash-table entries. The kernel's LZO1X-1 uses 2^13; 2^15 finds a
-/// few more matches: on the Linux source tarball our output is 0.15% smaller than the
-/// kernel's (0.23% on binaries and headers) at the same speed, and since the table is keyed
-/// by position and cleared only when the key space wraps, a bigger table costs no per-page
-/// clearing (128 KiB per compression context).
-const HASH_BITS: u32 = 15;
+/// log2 of the number of hash-table entries, 2^13 like the kernel's LZO1X-1. The table
+/// (32 KiB) then stays in a core's first-level cache beside the page; 2^15 entries found a
+/// few more matches (0.1-0.2% smaller output) but made every probe a second-level cache
+/// miss, which cost more time than anything else in the encoder. Since the table is keyed
+/// by position and cleared only when the key space wraps, it costs no per-page clearing.
+const HASH_BITS: u32 = 13;
 const TABLE_LEN: usize = 1 << HASH_BITS;
 /// Positions within this many bytes of the end never start a match (the tail goes out
 /// as literals), as in the kernel's LZO1X-1.
@@ -29,6 +29,9 @@ const SKIP_SHIFT: u32 = 5;
 /// opens with a literal run of at least four bytes, which version 1 can write as an
 /// ordinary instruction; five rather than four is what the kernel's encoder does.
 const START: usize = 5;
+/// Bytes the emitter may write past the end of the output it keeps: literal runs of up
+/// to this many bytes go out as one fixed-size copy.
+const SLACK: usize = 16;
 /// The longest zero run one run instruction writes.
 const RLE_MAX: usize = 2051;
 /// Furthest copy distances: M2 (two-byte), M3 and M4 instructions.
@@ -78,16 +81,19 @@ impl Compressor {
     /// Compresses `src` into `dst`, which is cleared first.
     pub fn compress(&mut self, src: &[u8], dst: &mut Vec<u8>) {
         dst.clear();
-        dst.reserve(worst_case_compressed_len(src.len()));
+        // Zeroed room for the worst case; the emitter writes by index and the output is
+        // cut to what it wrote.
+        dst.resize(worst_case_compressed_len(src.len()) + SLACK, 0);
         let rle = self.variant == Variant::LzoRle;
-        if rle {
-            dst.extend_from_slice(&[17, 1]);
-        }
         let mut out = Emitter {
-            out: dst,
+            out: &mut dst[..],
+            pos: 0,
             state_at: None,
             rle,
         };
+        if rle {
+            out.put(&[17, 1]);
+        }
         let mut lit = 0;
         let limit = src.len().saturating_sub(TAIL);
         let mut ip = START;
@@ -95,8 +101,10 @@ impl Compressor {
             let seg_end = limit.min(ip.saturating_add(SEGMENT));
             (ip, lit) = self.search(src, ip, seg_end, lit, &mut out);
         }
-        out.literals(&src[lit..], true);
-        out.end();
+        out.literals(src, lit, src.len(), true);
+        out.put(&[0x11, 0, 0]);
+        let len = out.pos;
+        dst.truncate(len);
     }
 
     /// Finds and emits matches starting in `ip..seg_end`; returns where the search
@@ -133,7 +141,7 @@ impl Compressor {
             let seq = read32(src, ip);
             if out.rle && seq == 0 {
                 let run = 4 + zero_run(src, ip + 4, match_end);
-                out.literals(&src[lit..ip], false);
+                out.literals(src, lit, ip, false);
                 out.zero_run(run);
                 ip += run;
                 lit = ip;
@@ -154,7 +162,7 @@ impl Compressor {
                 if out.rle && distance > M3_MAX_DISTANCE {
                     len = avoid_rle_ambiguity(distance, len);
                 }
-                out.literals(&src[lit..ip], false);
+                out.literals(src, lit, ip, false);
                 out.copy(distance, len);
                 ip += len;
                 lit = ip;
@@ -224,9 +232,12 @@ fn zero_run(src: &[u8], at: usize, end: usize) -> usize {
     n
 }
 
-/// Writes instructions, remembering where the last one keeps its literal count `S`.
+/// Writes instructions into a buffer at least [`SLACK`] bytes longer than the worst case,
+/// remembering where the last one keeps its literal count `S`.
 struct Emitter<'a> {
-    out: &'a mut Vec<u8>,
+    out: &'a mut [u8],
+    /// Bytes written.
+    pos: usize,
     /// Index of the byte whose low two bits hold the previous instruction's `S`; `None`
     /// before the first instruction, where the first-byte literal encoding applies.
     state_at: Option<usize>,
@@ -234,9 +245,20 @@ struct Emitter<'a> {
 }
 
 impl Emitter<'_> {
-    /// Emits a literal run; `last` when no instruction but the end marker follows.
-    fn literals(&mut self, lit: &[u8], last: bool) {
-        let n = lit.len();
+    fn push(&mut self, b: u8) {
+        self.out[self.pos] = b;
+        self.pos += 1;
+    }
+
+    fn put(&mut self, bytes: &[u8]) {
+        self.out[self.pos..self.pos + bytes.len()].copy_from_slice(bytes);
+        self.pos += bytes.len();
+    }
+
+    /// Emits the literal run `src[from..to]`; `last` when no instruction but the end
+    /// marker follows.
+    fn literals(&mut self, src: &[u8], from: usize, to: usize, last: bool) {
+        let n = to - from;
         if n == 0 {
             return;
         }
@@ -244,39 +266,45 @@ impl Emitter<'_> {
             Some(at) if n <= 3 => self.out[at] |= n as u8,
             // The first-byte form; in version 1 only when nothing else can say it, so that
             // the byte after the version marker is never read as a literal count.
-            None if n <= 3 || (n <= 238 && last && !self.rle) => self.out.push(17 + n as u8),
-            _ if n <= 18 => self.out.push((n - 3) as u8),
+            None if n <= 3 || (n <= 238 && last && !self.rle) => self.push(17 + n as u8),
+            _ if n <= 18 => self.push((n - 3) as u8),
             _ => {
-                self.out.push(0);
+                self.push(0);
                 self.extension(n - 18);
             }
         }
-        self.out.extend_from_slice(lit);
+        if n <= SLACK && from + SLACK <= src.len() {
+            // One fixed-size copy; the bytes past the run are overwritten next (the output
+            // has `SLACK` bytes of room past its worst case).
+            self.out[self.pos..self.pos + SLACK].copy_from_slice(&src[from..from + SLACK]);
+            self.pos += n;
+        } else {
+            self.put(&src[from..to]);
+        }
     }
 
     /// The bytes of an extended length field whose remainder is `r` (>= 1).
     fn extension(&mut self, mut r: usize) {
         while r > 255 {
-            self.out.push(0);
+            self.push(0);
             r -= 255;
         }
-        self.out.push(r as u8);
+        self.push(r as u8);
     }
 
     /// Emits a copy of `len` (>= 4) bytes from `distance` back, with `S = 0`.
     fn copy(&mut self, distance: usize, len: usize) {
         if len <= 8 && distance <= M2_MAX_DISTANCE {
             let d = distance - 1;
-            self.out.push((((len - 1) << 5) | ((d & 7) << 2)) as u8);
-            self.out.push((d >> 3) as u8);
-            self.state_at = Some(self.out.len() - 2);
+            self.state_at = Some(self.pos);
+            self.put(&[(((len - 1) << 5) | ((d & 7) << 2)) as u8, (d >> 3) as u8]);
             return;
         }
         let d = if distance <= M3_MAX_DISTANCE {
             if len <= 33 {
-                self.out.push(0x20 | (len - 2) as u8);
+                self.push(0x20 | (len - 2) as u8);
             } else {
-                self.out.push(0x20);
+                self.push(0x20);
                 self.extension(len - 33);
             }
             distance - 1
@@ -284,16 +312,15 @@ impl Emitter<'_> {
             let d = distance - 16384;
             let op = 0x10 | ((d >> 11) & 8) as u8;
             if len <= 9 {
-                self.out.push(op | (len - 2) as u8);
+                self.push(op | (len - 2) as u8);
             } else {
-                self.out.push(op);
+                self.push(op);
                 self.extension(len - 9);
             }
             d & 0x3fff
         };
-        self.out.push((d << 2) as u8);
-        self.out.push((d >> 6) as u8);
-        self.state_at = Some(self.out.len() - 2);
+        self.state_at = Some(self.pos);
+        self.put(&[(d << 2) as u8, (d >> 6) as u8]);
     }
 
     /// Emits run instructions for `run` (>= 4) zero bytes.
@@ -305,15 +332,10 @@ impl Emitter<'_> {
                 _ => run - 4,
             };
             let v = n - 4;
-            self.out
-                .extend_from_slice(&[0x18 | (v & 7) as u8, 0xfc, 0xff, (v >> 3) as u8]);
-            self.state_at = Some(self.out.len() - 3);
+            self.state_at = Some(self.pos + 1);
+            self.put(&[0x18 | (v & 7) as u8, 0xfc, 0xff, (v >> 3) as u8]);
             run -= n;
         }
-    }
-
-    fn end(&mut self) {
-        self.out.extend_from_slice(&[0x11, 0, 0]);
     }
 }
 
