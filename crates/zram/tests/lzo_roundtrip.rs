@@ -286,3 +286,25 @@ fn worst_case_patterns_stay_within_the_bound() {
         }
     }
 }
+
+#[test]
+fn short_period_copies_decode_with_and_without_room_past_the_end() {
+    // Copies whose distance is below, at and above the decoder's word and double-word
+    // sizes, of many lengths, ending mid-buffer (where whole words are copied past their
+    // end) and at its very end (where they are not).
+    let mut rng = XorShift(3);
+    for period in 1..=40 {
+        let head = rng.bytes(period);
+        for len in [4, 5, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100, 300] {
+            let mut src = rng.bytes(24);
+            src.extend(head.iter().cycle().take(period + len));
+            src.extend(rng.bytes(24));
+            for v in VARIANTS {
+                let c = round_trip(v, &src);
+                let mut roomy = vec![0xa5u8; src.len() + 64];
+                assert_eq!(decompress(&c, &mut roomy), Ok(src.len()), "{v:?}");
+                assert!(roomy[..src.len()] == src[..], "{v:?} period {period} len {len}");
+            }
+        }
+    }
+}

@@ -192,44 +192,48 @@ fn read32(src: &[u8], i: usize) -> u32 {
     u32::from_le_bytes([b[0], b[1], b[2], b[3]])
 }
 
-fn read64(src: &[u8], i: usize) -> u64 {
-    let mut b = [0u8; 8];
-    b.copy_from_slice(&src[i..i + 8]);
-    u64::from_le_bytes(b)
-}
-
 /// How many bytes from `a` and from `b` (`a < b`) agree, comparing eight bytes at a time
 /// while the comparison starts before `end` (so the result may pass `end` by up to seven).
 fn common_prefix(src: &[u8], a: usize, b: usize, end: usize) -> usize {
-    let mut n = 0;
-    while b + n < end && b + n + 8 <= src.len() {
-        let x = read64(src, a + n) ^ read64(src, b + n);
-        if x != 0 {
-            return n + (x.trailing_zeros() / 8) as usize;
+    let words = end.saturating_sub(b).div_ceil(8) * 8;
+    if b + words <= src.len() {
+        // The usual case (the tail keeps seven bytes past `end`): whole words, with the
+        // bounds checked once.
+        let x = src[a..a + words].chunks_exact(8);
+        let y = src[b..b + words].chunks_exact(8);
+        for (i, (p, q)) in x.zip(y).enumerate() {
+            let d = word(p) ^ word(q);
+            if d != 0 {
+                return i * 8 + (d.trailing_zeros() / 8) as usize;
+            }
         }
-        n += 8;
+        return words;
     }
+    let mut n = 0;
     while b + n < end.min(src.len()) && src[a + n] == src[b + n] {
         n += 1;
     }
     n
 }
 
+/// An eight-byte chunk as a little-endian word.
+fn word(p: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(p);
+    u64::from_le_bytes(b)
+}
+
 /// How many bytes of `src[at..end]` from its start are zero.
 fn zero_run(src: &[u8], at: usize, end: usize) -> usize {
     let s = &src[at..end.max(at)];
-    let mut n = 0;
-    while n + 8 <= s.len() {
-        let x = read64(s, n);
+    let mut words = s.chunks_exact(8);
+    for (i, p) in words.by_ref().enumerate() {
+        let x = word(p);
         if x != 0 {
-            return n + (x.trailing_zeros() / 8) as usize;
+            return i * 8 + (x.trailing_zeros() / 8) as usize;
         }
-        n += 8;
     }
-    while n < s.len() && s[n] == 0 {
-        n += 1;
-    }
-    n
+    s.len() / 8 * 8 + words.remainder().iter().take_while(|&&b| b == 0).count()
 }
 
 /// Writes instructions into a buffer at least [`SLACK`] bytes longer than the worst case,
