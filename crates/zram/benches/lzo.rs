@@ -24,7 +24,9 @@ fn pages_of_file(path: &str) -> std::io::Result<Vec<u8>> {
     let f = std::fs::File::open(path)?;
     let total = f.metadata()?.len() as usize / PAGE;
     if total == 0 {
-        return Err(std::io::Error::other(format!("{path}: shorter than a page")));
+        return Err(std::io::Error::other(format!(
+            "{path}: shorter than a page"
+        )));
     }
     let mut data = vec![0u8; PAGES.min(total) * PAGE];
     for (i, page) in data.chunks_mut(PAGE).enumerate() {

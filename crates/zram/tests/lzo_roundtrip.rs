@@ -303,7 +303,10 @@ fn short_period_copies_decode_with_and_without_room_past_the_end() {
                 let c = round_trip(v, &src);
                 let mut roomy = vec![0xa5u8; src.len() + 64];
                 assert_eq!(decompress(&c, &mut roomy), Ok(src.len()), "{v:?}");
-                assert!(roomy[..src.len()] == src[..], "{v:?} period {period} len {len}");
+                assert!(
+                    roomy[..src.len()] == src[..],
+                    "{v:?} period {period} len {len}"
+                );
             }
         }
     }
