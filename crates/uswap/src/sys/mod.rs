@@ -105,3 +105,16 @@ pub fn set_thread_nice(nice: i32) -> io::Result<()> {
         Err(io::Error::last_os_error())
     }
 }
+
+/// The CPU the calling thread runs on now (it may move at any time unless pinned).
+pub fn current_cpu() -> usize {
+    rustix::thread::sched_getcpu()
+}
+
+/// Pins the calling thread to CPU `cpu`.
+pub fn pin_thread(cpu: usize) -> io::Result<()> {
+    let mut set = rustix::thread::CpuSet::new();
+    set.set(cpu);
+    rustix::thread::sched_setaffinity(None, &set)?;
+    Ok(())
+}
