@@ -54,14 +54,16 @@ fn backing_off(shared: &Shared) -> bool {
 }
 
 /// Called by a handler after a fill that left `resident` pages resident: wakes the evictor
-/// when over budget, and evicts in the handler's own thread when far over.
-pub(crate) fn after_fill(shared: &Shared, resident: usize) {
+/// when over budget, and evicts in the handler's own thread when far over (calling
+/// `before_evicting` first: the handler gives up its turn at reading faults).
+pub(crate) fn after_fill(shared: &Shared, resident: usize, before_evicting: impl FnOnce()) {
     if resident <= shared.budget {
         return;
     }
     shared.evict_wanted.notify_one();
     if resident > shared.budget + hard_slack(shared.budget) && !backing_off(shared) {
         let excess = resident - shared.budget;
+        before_evicting();
         if let Err(e) = evict(shared, excess.min(EVICT_BATCH)) {
             shared.fail(e);
         }

@@ -21,8 +21,8 @@
 //! round (one word written) is timed as the program sees it, then `--work-us` of CPU work is
 //! done on the page.
 
-mod tier;
 mod floor;
+mod tier;
 mod workload;
 
 use std::path::PathBuf;
@@ -215,7 +215,11 @@ fn measure(args: &Args, s: &Settings) -> anyhow::Result<Report> {
     }
     let mut floors = Vec::new();
     if floor {
-        for wait in [floor::Wait::Spin, floor::Wait::Poll, floor::Wait::PollSameCpu] {
+        for wait in [
+            floor::Wait::Spin,
+            floor::Wait::Poll,
+            floor::Wait::PollSameCpu,
+        ] {
             floors.push(floor::run(s.size / workload::PAGE, s.rounds, wait)?);
             crate::progress::tick("");
         }
