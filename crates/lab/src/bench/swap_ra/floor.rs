@@ -1,6 +1,6 @@
 //! The floor under a compressed-tier fault on this machine: a bare userfaultfd round trip
 //! (the program touches a missing page, a handler thread reads the fault and installs a
-//! ready page with `UFFDIO_COPY`) with no device, page table or eviction, for each way a
+//! ready page with `UFFDIO_COPY` and wakes the program with `UFFDIO_WAKE`) with no device, page table or eviction, for each way a
 //! handler can wait for faults. What a region's fault costs beyond the matching row is the
 //! region's own work.
 
@@ -13,7 +13,7 @@ use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use serde::Serialize;
 use uswap::histogram::{Histogram, Summary};
-use uswap::sys::{self, Fault, Fill, Mapping, PAGE_SIZE, Uffd};
+use uswap::sys::{self, Fault, Mapping, PAGE_SIZE, Uffd};
 
 /// How the bare handler waits for faults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -45,8 +45,10 @@ pub struct FloorRun {
     pub faults: u64,
     /// Program-observed latency of each touch (every one a missing fault).
     pub latency: Summary,
-    /// The handler's `UFFDIO_COPY` alone (it wakes the program).
+    /// The handler's `UFFDIO_COPY` alone, made without waking the program.
     pub copy: Summary,
+    /// The handler's `UFFDIO_WAKE` of the program after the copy.
+    pub wake: Summary,
 }
 
 /// Runs `rounds` random passes over `pages` missing pages with the handler waiting `wait`.
@@ -58,12 +60,13 @@ pub fn run(pages: usize, rounds: usize, wait: Wait) -> anyhow::Result<FloorRun> 
     let src = vec![0x5au8; PAGE_SIZE];
     let latency = Histogram::new();
     let copy = Histogram::new();
+    let wake = Histogram::new();
     let stop = AtomicBool::new(false);
     let cpu = (wait == Wait::PollSameCpu).then(sys::current_cpu);
     let mut order: Vec<usize> = (0..pages).collect();
     let mut rng = SmallRng::seed_from_u64(0xf100);
     std::thread::scope(|scope| -> anyhow::Result<()> {
-        let handler = scope.spawn(|| serve(&uffd, &src, wait, cpu, &stop, &copy));
+        let handler = scope.spawn(|| serve(&uffd, &src, wait, cpu, &stop, [&copy, &wake]));
         // Stops the handler also when a touch fails.
         struct Stop<'a>(&'a AtomicBool);
         impl Drop for Stop<'_> {
@@ -81,6 +84,7 @@ pub fn run(pages: usize, rounds: usize, wait: Wait) -> anyhow::Result<FloorRun> 
             if r == 1 {
                 latency.reset();
                 copy.reset();
+                wake.reset();
             }
             for &p in &order {
                 let t = Instant::now();
@@ -100,6 +104,7 @@ pub fn run(pages: usize, rounds: usize, wait: Wait) -> anyhow::Result<FloorRun> 
         faults: latency.samples,
         latency,
         copy: copy.snapshot().summary(),
+        wake: wake.snapshot().summary(),
     })
 }
 
@@ -109,7 +114,7 @@ fn serve(
     wait: Wait,
     cpu: Option<usize>,
     stop: &AtomicBool,
-    copy: &Histogram,
+    [copy, wake]: [&Histogram; 2],
 ) -> anyhow::Result<()> {
     if let Some(cpu) = cpu {
         sys::pin_thread(cpu).context("pinning the handler")?;
@@ -121,12 +126,13 @@ fn serve(
         uffd.read_faults(timeout, 16, &mut faults)?;
         for f in &faults {
             let addr = usize::try_from(f.address)? & !(PAGE_SIZE - 1);
+            // Filled without waking, then woken: the two costs apart.
             let t = Instant::now();
-            match uffd.copy(addr, src, true)? {
-                Fill::Filled => {}
-                Fill::Exists | Fill::Again { .. } => uffd.wake(addr, PAGE_SIZE)?,
-            }
+            uffd.copy(addr, src, false)?;
             copy.record(t.elapsed());
+            let t = Instant::now();
+            uffd.wake(addr, PAGE_SIZE)?;
+            wake.record(t.elapsed());
         }
         if wait == Wait::Spin {
             std::hint::spin_loop();

@@ -382,6 +382,7 @@ fn print(r: &Report) {
     }
     for f in &r.floors {
         row(format!("{}: UFFDIO_COPY", f.wait.name()), &f.copy, f64::NAN);
+        row(format!("{}: UFFDIO_WAKE", f.wait.name()), &f.wake, f64::NAN);
     }
     println!(
         "\nfirst touches that took 2 us or more (measured threads); region counters over the \
