@@ -18,7 +18,10 @@ use crate::table::Page;
 pub(crate) const BACKOFF: Duration = Duration::from_millis(50);
 
 /// The evictor's `nice`: below the program's and the handlers' (0), so that on busy CPUs
-/// faults are served first and eviction takes what is left.
+/// faults are served first and eviction takes what is left. It is also put in `SCHED_IDLE`
+/// where the kernel allows: then a program thread woken from a fault takes the CPU from the
+/// evictor at once. Should eviction get no CPU at all, a handler evicts itself past
+/// [`hard_slack`].
 const EVICTOR_NICE: i32 = 10;
 
 /// How far past the budget a handler lets the region go before it evicts itself, rather
@@ -78,6 +81,9 @@ pub(crate) fn run(shared: Arc<Shared>) {
     }
     if let Err(e) = sys::set_thread_nice(EVICTOR_NICE) {
         tracing::debug!("uswap evictor: lowering its priority: {e}");
+    }
+    if let Err(e) = sys::set_thread_idle() {
+        tracing::debug!("uswap evictor: SCHED_IDLE: {e}");
     }
     while !shared.stopping() {
         {
