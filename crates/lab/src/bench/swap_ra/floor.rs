@@ -1,8 +1,8 @@
 //! The floor under a compressed-tier fault on this machine: a bare userfaultfd round trip
-//! (the program touches a missing page, a handler thread reads the fault and installs a
-//! ready page with `UFFDIO_COPY` and wakes the program with `UFFDIO_WAKE`) with no device, page table or eviction, for each way a
-//! handler can wait for faults. What a region's fault costs beyond the matching row is the
-//! region's own work.
+//! (the program touches a missing page, a handler thread reads the fault, installs a ready
+//! page with `UFFDIO_COPY` and wakes the program with `UFFDIO_WAKE`) with no device, page
+//! table or eviction, for each way a handler can wait for faults. What a region's fault
+//! costs beyond the matching row is the region's own work.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
