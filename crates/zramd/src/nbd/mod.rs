@@ -9,6 +9,9 @@
 //! - `transmission`: requests and replies (simple or structured), one reader thread and a
 //!   few workers per connection, replies written whole under the connection's writer lock;
 //! - `budget`: the bytes of read and write buffers in flight, per connection and in total;
+//! - `pool`: a connection's spare buffers for write payload pieces and read replies;
+//! - `requests`: what a connection's reader and workers share, and the requests without
+//!   payload (reads, block status, trims, flushes...);
 //! - `server`: [`Service`], one server over any number of listeners: its connections
 //!   (accepted by `crate::accept`, limited and timed by `crate::table`), the total budget,
 //!   shutdown.
@@ -35,7 +38,9 @@ use crate::human::Timeout;
 
 mod budget;
 pub mod handshake;
+mod pool;
 pub mod proto;
+mod requests;
 pub mod rules;
 mod server;
 pub mod tls;
