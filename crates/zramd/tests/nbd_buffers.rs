@@ -1,6 +1,7 @@
 //! The NBD data path's buffers: write payloads go to the workers in pieces and replies come
-//! from reused buffers, so these tests check that nothing of an earlier request leaks into a
-//! later one (a short read after a long one, a short write after a long one), that writes
+//! from buffers the server reuses across requests and connections, so these tests check
+//! that nothing of an earlier request leaks into a later one, of the same client or the
+//! next (a short read after a long one, a short write after a long one), that writes
 //! larger than a piece arrive whole wherever they start, that many writes in flight are all
 //! answered, that a failing piece answers its write once with an error, and that a client
 //! leaving inside a payload gives every byte of the budget back.
@@ -46,8 +47,15 @@ fn read(c: &mut Client, structured: bool, handle: u64, offset: u64, len: u32) ->
         return c.recv(len as usize);
     }
     let (chunk, payload) = c.chunk();
-    assert_eq!((chunk.handle, chunk.reply_type), (handle, REPLY_TYPE_OFFSET_DATA));
-    assert_eq!(payload.len(), 8 + len as usize, "one chunk of exactly the data");
+    assert_eq!(
+        (chunk.handle, chunk.reply_type),
+        (handle, REPLY_TYPE_OFFSET_DATA)
+    );
+    assert_eq!(
+        payload.len(),
+        8 + len as usize,
+        "one chunk of exactly the data"
+    );
     assert_eq!(u64::from_be_bytes(payload[..8].try_into().unwrap()), offset);
     payload[8..].to_vec()
 }
@@ -55,6 +63,7 @@ fn read(c: &mut Client, structured: bool, handle: u64, offset: u64, len: u32) ->
 #[test]
 fn short_requests_after_long_ones_see_no_stale_bytes() {
     let server = Server::start(SIZE, test_config());
+    // The second client gets the buffers the first one's long requests filled.
     for structured in [false, true] {
         let mut c = server.connect();
         c.greet();
@@ -76,7 +85,10 @@ fn short_requests_after_long_ones_see_no_stale_bytes() {
         );
         // Unaligned short ones.
         assert_eq!(write(&mut c, 7, (2 << 20) + 5, b"xyz"), 0);
-        assert_eq!(read(&mut c, structured, 8, 2 << 20, 10), b"\0\0\0\0\0xyz\0\0");
+        assert_eq!(
+            read(&mut c, structured, 8, 2 << 20, 10),
+            b"\0\0\0\0\0xyz\0\0"
+        );
         c.request(CMD_DISC, 0, 9, 0, 0);
         c.expect_eof();
     }
@@ -90,7 +102,10 @@ fn writes_larger_than_a_piece_arrive_whole() {
     c.greet();
     c.go("zram0", true);
     // Aligned, unaligned, ending just past a piece, with FUA.
-    for (i, offset) in [0u64, 3000, (256 << 10) - 1, 5 << 20].into_iter().enumerate() {
+    for (i, offset) in [0u64, 3000, (256 << 10) - 1, 5 << 20]
+        .into_iter()
+        .enumerate()
+    {
         let data = bytes(LONG, i as u8);
         let handle = 10 + i as u64;
         c.request(CMD_WRITE, CMD_FLAG_FUA, handle, offset, LONG as u32);

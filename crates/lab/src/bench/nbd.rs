@@ -392,8 +392,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let size = bytes.next_multiple_of(1 << 20);
     // The library path's copy of the input, padded to the device's size; reading it also
     // brings the file into the page cache, so that no server pays for that.
-    let mut data = std::fs::read(&args.input)
-        .with_context(|| format!("read {}", args.input.display()))?;
+    let mut data =
+        std::fs::read(&args.input).with_context(|| format!("read {}", args.input.display()))?;
     data.resize(size as usize, 0);
     // Removed when dropped: on success, on error and when unwinding from a panic.
     let tmp = tempfile::Builder::new()

@@ -45,7 +45,7 @@ pub(super) struct Shared<'a, C> {
     /// A reply could not be sent: the connection is dead.
     pub(super) broken: AtomicBool,
     /// Spare buffers for write pieces and read replies.
-    pub(super) pool: BufPool,
+    pub(super) pool: &'a BufPool,
 }
 
 impl<C: Conn> Shared<'_, C> {

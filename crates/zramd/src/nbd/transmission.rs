@@ -8,12 +8,14 @@
 //! write buffers in flight, the connection's and the server's: a request waits until its
 //! bytes fit in both (`budget`).
 //!
-//! A write's payload goes to the workers in pieces of at most [`PIECE`] bytes (aligned to
-//! multiples of [`PIECE`] on the device, so no compression unit is split), each handed on as
-//! soon as it has arrived: the workers compress the first pieces while the rest is still on
-//! its way, and a large write keeps every worker busy even when the client sends one write
-//! at a time (as `qemu-img convert` does). The last piece done sends the reply. Pieces, and
-//! read replies that fit in one, use the connection's spare buffers (`pool`).
+//! A write's payload is read in pieces of at most [`PIECE`] bytes (aligned to multiples of
+//! [`PIECE`] on the device, so no compression unit is split) and, once it has arrived whole
+//! (a write cut short stores nothing), the pieces go to the workers: a large write keeps
+//! every worker busy even when the client sends one write at a time (as `qemu-img convert`
+//! does), where a single worker used to compress it alone while the others waited. The last
+//! piece done sends the reply. Pieces, and
+//! read replies that fit in one, use the server's spare buffers ([`spare_buffers`]): a
+//! buffer goes back after use and the next request, of this connection or another, takes it.
 //!
 //! The connection's [`Activity`] tells the server's table what it is doing: a request is in
 //! flight from its header to its reply, arriving while its header or payload is being read,
@@ -70,6 +72,17 @@ const QUEUE: usize = 8;
 /// buffers (with room for a read reply's header). A multiple of every unit size.
 pub const PIECE: usize = 256 * 1024;
 
+/// Spare buffers kept for all connections: a few per worker, whatever the number of
+/// connections (2 MiB with two workers, 4 MiB with four). A steady stream of requests needs
+/// about one spare per busy worker; a burst beyond allocates and frees.
+const SPARE_PER_WORKER: usize = 4;
+
+/// The server's spare buffers: [`PIECE`] bytes and a read reply's header each, at most
+/// [`SPARE_PER_WORKER`] per worker kept.
+pub(crate) fn spare_buffers() -> BufPool {
+    BufPool::new(PIECE + REPLY_HEAD, SPARE_PER_WORKER * workers())
+}
+
 /// Work on its way to a worker.
 #[derive(Debug)]
 enum Job {
@@ -88,20 +101,20 @@ enum Job {
     },
 }
 
-/// A write whose pieces are in flight.
+/// A write whose pieces are in flight (its payload arrived whole before the first was handed
+/// on).
 #[derive(Debug)]
 struct Write {
     req: Request,
     start: Instant,
     cost: u64,
-    /// Pieces not done yet, plus one for the reader while it is still reading the payload.
+    /// Pieces not done yet, plus one for the reader while it is still handing them on.
     left: AtomicUsize,
     /// The first piece's failure.
     failed: parking_lot::Mutex<Option<zram::Error>>,
-    /// The payload never arrived whole (the connection ended): no reply.
+    /// The workers are gone before every piece was handed on: no reply.
     abandoned: AtomicBool,
 }
-
 
 /// Serves requests until the client disconnects or breaks the protocol (or the server's
 /// table closes the connection), taking buffer space from the server's `total` budget.
@@ -110,6 +123,7 @@ pub(crate) fn serve<C: Conn>(
     session: Session,
     config: &ServerConfig,
     total: &Budget,
+    pool: &BufPool,
     slot: &Slot,
 ) -> io::Result<()> {
     let peer = slot.peer.as_str();
@@ -132,8 +146,7 @@ pub(crate) fn serve<C: Conn>(
         total,
         activity: &slot.activity,
         broken: AtomicBool::new(false),
-        // Enough for the pieces that fill the queue and the workers' hands at once.
-        pool: BufPool::new(PIECE + REPLY_HEAD, QUEUE + workers() + 1),
+        pool,
     };
     let mut reader = BufReader::with_capacity(64 * 1024, conn.duplicate()?);
     let (tx, rx) = sync_channel::<Job>(QUEUE);
@@ -272,8 +285,9 @@ fn read_loop<C: Conn>(
     }
 }
 
-/// Reads a write's payload piece by piece, handing each to the workers as it arrives;
-/// `Ok(false)` when the connection ended (or the workers are gone) on the way.
+/// Reads a write's payload in pieces, then hands them all to the workers; `Ok(false)` when
+/// the connection ended on the way (nothing of the write is stored then) or the workers are
+/// gone.
 fn read_write<C: Conn>(
     reader: &mut impl Read,
     shared: &Shared<'_, C>,
@@ -281,29 +295,38 @@ fn read_write<C: Conn>(
     req: Request,
     start: Instant,
 ) -> io::Result<bool> {
-    let write = Arc::new(Write {
-        req,
-        start,
-        cost: u64::from(req.length),
-        left: AtomicUsize::new(1),
-        failed: parking_lot::Mutex::new(None),
-        abandoned: AtomicBool::new(false),
-    });
+    let cost = u64::from(req.length);
     shared.activity.receiving(true);
     let piece = PIECE as u64;
     let end = req.offset + u64::from(req.length);
+    let mut pieces = Vec::with_capacity(req.length.div_ceil(PIECE as u32) as usize + 1);
     let mut offset = req.offset;
-    let mut outcome = Ok(true);
     while offset < end {
         let len = (piece - offset % piece).min(end - offset) as usize;
         let mut buf = shared.pool.get();
         if let Err(e) = reader.read_exact(&mut buf[..len]) {
             shared.pool.put(buf);
+            for (_, buf, _) in pieces {
+                shared.pool.put(buf);
+            }
+            shared.done(cost);
             debug!(peer = %shared.peer, error = %e, "nbd: connection ended inside a write payload");
-            outcome = if is_disconnect(&e) { Ok(false) } else { Err(e) };
-            break;
+            return if is_disconnect(&e) { Ok(false) } else { Err(e) };
         }
-        write.left.fetch_add(1, Ordering::Relaxed);
+        pieces.push((offset, buf, len));
+        offset += len as u64;
+    }
+    shared.activity.receiving(false);
+    let write = Arc::new(Write {
+        req,
+        start,
+        cost,
+        left: AtomicUsize::new(pieces.len() + 1),
+        failed: parking_lot::Mutex::new(None),
+        abandoned: AtomicBool::new(false),
+    });
+    let mut pieces = pieces.into_iter();
+    for (offset, buf, len) in pieces.by_ref() {
         let job = Job::Piece {
             write: Arc::clone(&write),
             offset,
@@ -314,18 +337,19 @@ fn read_write<C: Conn>(
             if let Job::Piece { buf, .. } = unsent.0 {
                 shared.pool.put(buf);
             }
-            write.left.fetch_sub(1, Ordering::Relaxed);
-            outcome = Ok(false);
-            break;
+            write.abandoned.store(true, Ordering::Relaxed);
+            // The unsent pieces (this one and the rest) are done without being stored.
+            let unsent = 1 + pieces.len();
+            for (_, buf, _) in pieces {
+                shared.pool.put(buf);
+            }
+            write.left.fetch_sub(unsent, Ordering::AcqRel);
+            piece_done(shared, &write);
+            return Ok(false);
         }
-        offset += len as u64;
-    }
-    shared.activity.receiving(false);
-    if !matches!(outcome, Ok(true)) {
-        write.abandoned.store(true, Ordering::Relaxed);
     }
     piece_done(shared, &write);
-    outcome
+    Ok(true)
 }
 
 /// One piece of `write` (or the reader's part) is done; the last one answers the write.
