@@ -10,10 +10,10 @@
 //! when full (`mem_used_total`, compressed bytes, metadata, cached free pages) show what the
 //! RSS is made of.
 //!
-//! Each round also times the library path on the same data, once, between the servers (first
-//! in odd rounds, last in even ones): one thread writing the file a page at a time into a
-//! `Zram` with lz4, in this process, the figure the NBD servers' single-connection write is
-//! held against.
+//! Each round also times the library path on the same data, right before zramd lz4 in odd
+//! rounds and right after it in even ones: one thread writing the file a page at a time into
+//! a `Zram` with lz4, in this process, the figure the NBD servers' single-connection write is
+//! held against (as the median of the rounds' ratios, each taken between neighbours).
 //!
 //! Speeds are the input's bytes over the copy's time (the device is the input's size rounded
 //! up to a whole MiB, so the read-back copies little more than the input). Its sockets and the
@@ -405,8 +405,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let mut library = Vec::new();
     let bar = crate::progress::bar("nbd", (args.repeat * (SERVERS.len() + 1)) as u64);
     for round in 0..args.repeat {
-        // The library path is the last "server", index SERVERS.len().
-        let mut order: Vec<usize> = (0..=SERVERS.len()).collect();
+        // The library path is "server" SERVERS.len(), next to zramd lz4 (0).
+        let mut order: Vec<usize> = std::iter::once(SERVERS.len())
+            .chain(0..SERVERS.len())
+            .collect();
         if round % 2 == 1 {
             order.reverse();
         }
@@ -448,28 +450,24 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     }
     println!("{LIBRARY:32} write {library_mb_s:7.1} MB/s");
     let nbdkit = &rows[NBDKIT_ZSTD];
-    let ratios = |f: fn(&Row) -> f64, per: &dyn Fn(usize) -> f64| -> String {
-        (0..args.repeat)
-            .map(|r| format!("{:.2}", f(&runs[0][r]) / per(r)))
-            .collect::<Vec<_>>()
-            .join(", ")
+    // Each round's ratio, and their median.
+    let ratios = |per: &dyn Fn(usize) -> f64| -> (f64, String) {
+        let each: Vec<f64> = (0..args.repeat).map(per).collect();
+        let text: Vec<String> = each.iter().map(|r| format!("{r:.2}")).collect();
+        (median(each), text.join(", "))
     };
+    let (to_library, per_library) = ratios(&|r| runs[0][r].convert_mb_s / library[r]);
+    let (to_nbdkit, per_nbdkit) =
+        ratios(&|r| runs[0][r].convert_mb_s / runs[NBDKIT_ZSTD][r].convert_mb_s);
     println!(
-        "zramd lz4 qemu-img convert / library path write: {:.2}x (per round: {}); / nbdkit zstd: {:.2}x (per round: {})",
-        rows[0].convert_mb_s / library_mb_s,
-        ratios(|r| r.convert_mb_s, &|r| library[r]),
-        rows[0].convert_mb_s / nbdkit.convert_mb_s,
-        ratios(|r| r.convert_mb_s, &|r| runs[NBDKIT_ZSTD][r].convert_mb_s),
+        "zramd lz4 qemu-img convert / library path write: {to_library:.2}x (per round: {per_library}); \
+         / nbdkit zstd: {to_nbdkit:.2}x (per round: {per_nbdkit})"
     );
-    let per_round: Vec<String> = runs[0]
-        .iter()
-        .zip(&runs[NBDKIT_ZSTD])
-        .map(|(z, n)| format!("{:.2}", z.write_mb_s / n.write_mb_s))
-        .collect();
+    let (_, per_write) = ratios(&|r| runs[0][r].write_mb_s / runs[NBDKIT_ZSTD][r].write_mb_s);
+    let (_, per_read) = ratios(&|r| runs[0][r].read_mb_s / runs[NBDKIT_ZSTD][r].read_mb_s);
     println!(
-        "zramd lz4 / nbdkit zstd: write {:.2}x (per round: {}), read {:.2}x",
+        "zramd lz4 / nbdkit zstd: write {:.2}x (per round: {per_write}), read (nbdcopy -C 4) {:.2}x (per round: {per_read})",
         rows[0].write_mb_s / nbdkit.write_mb_s,
-        per_round.join(", "),
         rows[0].read_mb_s / nbdkit.read_mb_s,
     );
     for row in &rows[1..NBDKIT_ZSTD] {
