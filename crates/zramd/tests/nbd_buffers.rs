@@ -60,14 +60,20 @@ fn read(c: &mut Client, structured: bool, handle: u64, offset: u64, len: u32) ->
     payload[8..].to_vec()
 }
 
+/// A client in transmission on `zram0`.
+fn session(server: &Server, structured: bool) -> Client {
+    let mut c = server.connect();
+    c.greet();
+    c.go("zram0", structured);
+    c
+}
+
 #[test]
 fn short_requests_after_long_ones_see_no_stale_bytes() {
     let server = Server::start(SIZE, test_config());
     // The second client gets the buffers the first one's long requests filled.
     for structured in [false, true] {
-        let mut c = server.connect();
-        c.greet();
-        c.go("zram0", structured);
+        let mut c = session(&server, structured);
         let long = vec![0xaa; 256 * 1024];
         assert_eq!(write(&mut c, 1, 0, &long), 0);
         assert_eq!(read(&mut c, structured, 2, 0, long.len() as u32), long);
@@ -98,9 +104,7 @@ fn short_requests_after_long_ones_see_no_stale_bytes() {
 #[test]
 fn writes_larger_than_a_piece_arrive_whole() {
     let server = Server::start(SIZE, test_config());
-    let mut c = server.connect();
-    c.greet();
-    c.go("zram0", true);
+    let mut c = session(&server, true);
     // Aligned, unaligned, ending just past a piece, with FUA.
     for (i, offset) in [0u64, 3000, (256 << 10) - 1, 5 << 20]
         .into_iter()
@@ -125,9 +129,7 @@ fn writes_larger_than_a_piece_arrive_whole() {
 #[test]
 fn many_writes_in_flight_are_all_answered() {
     let server = Server::start(SIZE, test_config());
-    let mut c = server.connect();
-    c.greet();
-    c.go("zram0", false);
+    let mut c = session(&server, false);
     let n = 12u64;
     // Every write is sent before any reply is read (the replies are small enough to wait
     // in the socket).
@@ -152,24 +154,13 @@ fn many_writes_in_flight_are_all_answered() {
 #[test]
 fn a_failing_write_is_answered_once_with_its_error() {
     let device = device(SIZE);
-    // Room for a little more than one page of incompressible data.
-    device.set_mem_limit(8192);
+    // Room for one page of compressed data.
+    device.set_mem_limit(4096);
     let exports = vec![Arc::new(Export::new("zram0", device, false))];
     let server = Server::with_exports(exports, test_config(), false);
-    let mut c = server.connect();
-    c.greet();
-    c.go("zram0", true);
-    let data: Vec<u8> = {
-        let mut x = 0x1234_5678u32;
-        (0..LONG)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                x as u8
-            })
-            .collect()
-    };
+    let mut c = session(&server, true);
+    // Compressible, but not into one page.
+    let data = bytes(LONG, 3);
     c.request(CMD_WRITE, 0, 1, 0, LONG as u32);
     c.send(&data);
     assert_ne!(c.error_chunk(1), 0);
@@ -185,9 +176,7 @@ fn a_failing_write_is_answered_once_with_its_error() {
 fn leaving_inside_a_long_payload_gives_the_budget_back() {
     let server = Server::start(SIZE, test_config());
     for sent in [0, 1000, 300 * 1024, LONG - 1] {
-        let mut c = server.connect();
-        c.greet();
-        c.go("zram0", false);
+        let mut c = session(&server, false);
         c.request(CMD_WRITE, 0, 1, 0, LONG as u32);
         c.send(&bytes(sent, 1));
         drop(c);
