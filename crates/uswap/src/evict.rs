@@ -18,7 +18,10 @@ use crate::table::Page;
 pub(crate) const BACKOFF: Duration = Duration::from_millis(50);
 
 /// The evictor's `nice`: below the program's and the handlers' (0), so that on busy CPUs
-/// faults are served first and eviction takes what is left.
+/// faults are served first and eviction takes what is left. It is also put in `SCHED_IDLE`
+/// where the kernel allows: then a program thread woken from a fault takes the CPU from the
+/// evictor at once. Should eviction get no CPU at all, a handler evicts itself past
+/// [`hard_slack`].
 const EVICTOR_NICE: i32 = 10;
 
 /// How far past the budget a handler lets the region go before it evicts itself, rather
@@ -54,14 +57,16 @@ fn backing_off(shared: &Shared) -> bool {
 }
 
 /// Called by a handler after a fill that left `resident` pages resident: wakes the evictor
-/// when over budget, and evicts in the handler's own thread when far over.
-pub(crate) fn after_fill(shared: &Shared, resident: usize) {
+/// when over budget, and evicts in the handler's own thread when far over (calling
+/// `before_evicting` first: the handler gives up its turn at reading faults).
+pub(crate) fn after_fill(shared: &Shared, resident: usize, before_evicting: impl FnOnce()) {
     if resident <= shared.budget {
         return;
     }
     shared.evict_wanted.notify_one();
     if resident > shared.budget + hard_slack(shared.budget) && !backing_off(shared) {
         let excess = resident - shared.budget;
+        before_evicting();
         if let Err(e) = evict(shared, excess.min(EVICT_BATCH)) {
             shared.fail(e);
         }
@@ -76,6 +81,9 @@ pub(crate) fn run(shared: Arc<Shared>) {
     }
     if let Err(e) = sys::set_thread_nice(EVICTOR_NICE) {
         tracing::debug!("uswap evictor: lowering its priority: {e}");
+    }
+    if let Err(e) = sys::set_thread_idle() {
+        tracing::debug!("uswap evictor: SCHED_IDLE: {e}");
     }
     while !shared.stopping() {
         {
@@ -105,6 +113,10 @@ pub(crate) fn run(shared: Arc<Shared>) {
 
 /// Evicts up to `n` of the oldest resident pages. An error is a failure of the region's
 /// machinery (an ioctl), not of the device: refusals are in the round.
+///
+/// Every run of the round is write-protected, copied and stored first; then the stored
+/// pages of all runs leave the mapping together (one TLB shootdown for the round where the
+/// kernel batches them, rather than one per scattered page), and only then do they settle.
 pub(crate) fn evict(shared: &Shared, n: usize) -> Result<Round, String> {
     let mut pages = shared.table.lock().take_oldest(n);
     let mut round = Round::default();
@@ -113,19 +125,18 @@ pub(crate) fn evict(shared: &Shared, n: usize) -> Result<Round, String> {
     }
     pages.sort_unstable();
     let mut buf = vec![0u8; pages.len() * PAGE_SIZE];
+    let mut fates = Vec::with_capacity(pages.len());
     for run in runs(&pages) {
         if round.refused {
-            // The device refused an earlier page: these were never protected.
-            let mut t = shared.table.lock();
-            for &p in run.iter().rev() {
-                t.settle_oldest(p, Page::Resident);
-            }
-            drop(t);
-            shared.moved.notify_all();
+            // The device refused an earlier page: these are not even protected.
+            fates.extend(run.iter().map(|_| Fate::Untaken));
             continue;
         }
-        round.evicted += evict_run(shared, run, &mut buf, &mut round.refused)?;
+        let at = fates.len() * PAGE_SIZE;
+        let buf = &mut buf[at..at + run.len() * PAGE_SIZE];
+        store_run(shared, run, buf, &mut round.refused, &mut fates)?;
     }
+    round.evicted = settle(shared, &pages, &fates)?;
     if round.refused || round.evicted == 0 {
         // The device is full, or nothing taken could go (pages the program made
         // unreadable): pause rather than spin on the same pages.
@@ -147,33 +158,37 @@ fn runs(pages: &[usize]) -> Vec<&[usize]> {
     out
 }
 
-/// What eviction does with one page of a run.
+/// What eviction does with one page of a round.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fate {
     /// Stored on the device: drop it from the mapping.
     Stored,
     /// Absent although the table had it resident: nothing to keep, it is untouched.
     Absent,
-    /// The device refused it, or one before it: it stays resident, still the oldest.
+    /// The device refused it, or one before it in its run: it stays resident, still the
+    /// oldest.
     Kept,
+    /// In a run after the device refused a page: never protected, it stays resident,
+    /// still the oldest.
+    Untaken,
     /// The program made it unreadable: it stays resident, as the youngest.
     Unreadable,
 }
 
-/// Evicts one run of busy pages; returns how many went to the device.
-fn evict_run(
+/// Write-protects, copies and stores one run of busy pages, appending their fates.
+fn store_run(
     shared: &Shared,
     run: &[usize],
     buf: &mut [u8],
     refused: &mut bool,
-) -> Result<usize, String> {
+    fates: &mut Vec<Fate>,
+) -> Result<(), String> {
     let first = run[0];
     let snaps = shared
         .pager
         .snapshot(&shared.uffd, first, run.len(), buf)
         .map_err(|e| format!("write-protecting pages {first}+{}: {e}", run.len()))?;
     // Store each copied page until the device refuses one.
-    let mut fates = Vec::with_capacity(snaps.len());
     for (i, snap) in snaps.iter().enumerate() {
         let fate = match snap {
             Snap::Absent => Fate::Absent,
@@ -194,26 +209,41 @@ fn evict_run(
         };
         fates.push(fate);
     }
-    // Stored pages leave the mapping, in runs; the others are unprotected.
-    let mut i = 0;
-    while i < fates.len() {
-        let stored = fates[i] == Fate::Stored;
-        let n = fates[i..]
-            .iter()
-            .take_while(|&&f| (f == Fate::Stored) == stored)
-            .count();
-        let res = if stored {
-            shared.pager.discard(first + i, n)
-        } else {
-            shared.pager.unprotect(&shared.uffd, first + i, n)
-        };
-        res.map_err(|e| format!("settling pages {}+{n}: {e}", first + i))?;
-        i += n;
+    Ok(())
+}
+
+/// Ends a round: the stored pages leave the mapping (all runs in one call), the other
+/// protected ones are unprotected, and every page settles in the table. Returns how many
+/// went to the device.
+fn settle(shared: &Shared, pages: &[usize], fates: &[Fate]) -> Result<usize, String> {
+    // Runs of consecutive pages sharing a fate.
+    let mut groups: Vec<(usize, usize, Fate)> = Vec::new();
+    for (&page, &fate) in pages.iter().zip(fates) {
+        match groups.last_mut() {
+            Some((first, count, f)) if *f == fate && *first + *count == page => *count += 1,
+            _ => groups.push((page, 1, fate)),
+        }
+    }
+    let stored: Vec<(usize, usize)> = groups
+        .iter()
+        .filter(|g| g.2 == Fate::Stored)
+        .map(|&(first, count, _)| (first, count))
+        .collect();
+    shared
+        .pager
+        .discard_runs(&stored)
+        .map_err(|e| format!("dropping {} evicted runs: {e}", stored.len()))?;
+    for &(first, count, fate) in &groups {
+        if !matches!(fate, Fate::Stored | Fate::Untaken) {
+            shared
+                .pager
+                .unprotect(&shared.uffd, first, count)
+                .map_err(|e| format!("unprotecting pages {first}+{count}: {e}"))?;
+        }
     }
     let mut evicted = 0;
     let mut t = shared.table.lock();
-    for (i, fate) in fates.iter().enumerate().rev() {
-        let page = first + i;
+    for (&page, fate) in pages.iter().zip(fates).rev() {
         match fate {
             Fate::Stored => {
                 t.settle(page, Page::Evicted);
@@ -223,7 +253,7 @@ fn evict_run(
                 t.settle(page, Page::Untouched);
                 Counters::bump(&shared.counters.evict_cancelled);
             }
-            Fate::Kept => t.settle_oldest(page, Page::Resident),
+            Fate::Kept | Fate::Untaken => t.settle_oldest(page, Page::Resident),
             Fate::Unreadable => {
                 t.settle(page, Page::Resident);
                 Counters::bump(&shared.counters.evict_cancelled);

@@ -9,6 +9,8 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use parking_lot::MutexGuard;
+
 use crate::config::FailPoint;
 use crate::evict;
 use crate::shared::Shared;
@@ -42,22 +44,31 @@ pub(crate) fn run(shared: Arc<Shared>) {
     }
 }
 
+/// The reader's turn: held by the handler that reads faults from the descriptor. A handler
+/// keeps it while it serves what it read, so that while faults come one at a time a single
+/// thread reads and serves them all, with no hand-off between threads (waking another
+/// thread costs several microseconds on a virtual machine, and it was on every fault's
+/// path); it gives the turn up before work that can take long (waiting for a busy page,
+/// reading ahead, evicting), so that other faults are read meanwhile.
+type Turn<'a> = Option<MutexGuard<'a, ()>>;
+
 fn serve_loop(shared: &Shared) -> Result<(), String> {
     if let Err(e) = sys::block_signals() {
         tracing::warn!("uswap handler: blocking signals: {e}");
     }
     let mut buf = vec![0u8; PAGE_SIZE];
     let mut faults = Vec::with_capacity(MAX_BATCH);
+    let mut turn: Turn<'_> = None;
     while !shared.stopping() {
         faults.clear();
-        {
-            // One handler at a time waits on the descriptor (the others wait for their
-            // turn here, not in `poll`, so a fault wakes one thread, not all).
-            let _turn = shared.reader.lock();
-            take_faults(shared, &mut faults)?;
+        // One handler at a time waits on the descriptor (the others wait for their turn
+        // here, not in `poll`, so a fault wakes one thread, not all).
+        if turn.is_none() {
+            turn = Some(shared.reader.lock());
         }
+        take_faults(shared, &mut faults)?;
         for &fault in &faults {
-            serve(shared, fault, &mut buf)?;
+            serve(shared, fault, &mut buf, &mut turn)?;
         }
     }
     Ok(())
@@ -84,19 +95,23 @@ fn take_faults(shared: &Shared, faults: &mut Vec<Fault>) -> Result<(), String> {
     Ok(())
 }
 
-fn serve(shared: &Shared, fault: Fault, buf: &mut [u8]) -> Result<(), String> {
+fn serve(shared: &Shared, fault: Fault, buf: &mut [u8], turn: &mut Turn<'_>) -> Result<(), String> {
     let start = Instant::now();
     let page = shared
         .page_of(fault.address)
         .ok_or_else(|| format!("fault at {:#x} outside the region", fault.address))?;
     if fault.wp {
+        *turn = None;
         return release_writer(shared, page);
     }
     let c = &shared.counters;
     let mut t = shared.table.lock();
     loop {
         match t.get(page) {
-            Page::Busy => shared.moved.wait(&mut t),
+            Page::Busy => {
+                *turn = None;
+                shared.moved.wait(&mut t);
+            }
             Page::Gone => {
                 // Retired but still accessible for a moment: the zero page, untracked (a
                 // second fault's fill finds it there, which is as good).
@@ -145,7 +160,7 @@ fn serve(shared: &Shared, fault: Fault, buf: &mut [u8]) -> Result<(), String> {
                 }
                 let resident = settle(shared, page, Page::Resident);
                 shared.latency.record(start.elapsed());
-                evict::after_fill(shared, resident);
+                evict::after_fill(shared, resident, || *turn = None);
                 return Ok(());
             }
             Page::Evicted => {
@@ -162,13 +177,16 @@ fn serve(shared: &Shared, fault: Fault, buf: &mut [u8]) -> Result<(), String> {
                 shared.latency.record(start.elapsed());
                 free_slot(shared, page)?;
                 let mut resident = settle(shared, page, Page::Resident);
+                if !ahead.is_empty() {
+                    *turn = None;
+                }
                 for p in ahead {
                     Counters::bump(&c.swap_ra);
                     restore(shared, p, buf)?;
                     free_slot(shared, p)?;
                     resident = settle(shared, p, Page::ReadAhead);
                 }
-                evict::after_fill(shared, resident);
+                evict::after_fill(shared, resident, || *turn = None);
                 return Ok(());
             }
         }

@@ -1,5 +1,6 @@
 //! The userfaultfd layer against the running kernel: missing faults served with copies and
-//! zero pages, a timed read with nothing pending, `MADV_DONTNEED` re-faulting, `EEXIST`.
+//! zero pages, a timed read with nothing pending, `MADV_DONTNEED` re-faulting, `EEXIST`;
+//! the pager's batched drop of scattered runs.
 
 use std::io;
 use std::sync::mpsc;
@@ -257,4 +258,35 @@ fn write_protect_when_offered() {
     let mut b = [0u8; 3];
     map.read(10, &mut b).expect("read");
     assert_eq!(b, [1, 2, 3]);
+}
+
+/// The pager's batched drop (`process_madvise`, or one `madvise` per run) drops exactly the
+/// pages of the runs it is given, scattered or not, and no other. No userfaultfd involved:
+/// a dropped page of a plain mapping reads back as zeroes.
+#[test]
+fn discard_runs_drops_exactly_the_given_runs() {
+    let pages = 16;
+    let mut map = Mapping::new(pages).expect("mmap");
+    for p in 0..pages {
+        map.write(p * PAGE_SIZE, &pattern(p as u8)).expect("write");
+    }
+    let pager = map.pager();
+    let runs = [(1, 1), (3, 2), (8, 1), (15, 1)];
+    pager.discard_runs(&runs).expect("discard runs");
+    pager.discard_runs(&[(10, 1)]).expect("one run");
+    pager.discard_runs(&[]).expect("no run");
+    let dropped = |p: usize| runs.iter().any(|&(f, n)| (f..f + n).contains(&p)) || p == 10;
+    let mut buf = vec![0u8; PAGE_SIZE];
+    for p in 0..pages {
+        map.read(p * PAGE_SIZE, &mut buf).expect("read");
+        if dropped(p) {
+            assert!(buf.iter().all(|&b| b == 0), "page {p} was not dropped");
+        } else {
+            assert_eq!(buf, pattern(p as u8), "page {p} lost its bytes");
+        }
+    }
+    let e = pager
+        .discard_runs(&[(2, 1), (pages, 1)])
+        .expect_err("past the end");
+    assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
 }

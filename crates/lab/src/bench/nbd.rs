@@ -3,11 +3,17 @@
 //! order; the summary takes each figure's median over the rounds). For each server (zramd with lz4 and with zstd, page at a time, and with
 //! zstd in 32, 64 and 128 KiB compression units; nbdkit with `allocator=zstd` and
 //! `allocator=sparse`), started as a process of its own on a unix
-//! socket: `nbdcopy` writes the file in and reads it back out (timed), the server's RSS is
-//! read from `/proc/PID/status` before, after the write, and after a `qemu-io discard` of the
-//! whole disk; then the server is stopped. For zramd, the device's own figures when full
-//! (`mem_used_total`, compressed bytes, metadata, cached free pages) show what the RSS is
-//! made of.
+//! socket: `nbdcopy` writes the file in and `nbdcopy -C 4` reads it back out (timed), the
+//! server's RSS is read from `/proc/PID/status` before, after the write, and after a
+//! `qemu-io discard` of the whole disk; then `qemu-img convert` writes the file in again over
+//! one connection (timed), and the server is stopped. For zramd, the device's own figures
+//! when full (`mem_used_total`, compressed bytes, metadata, cached free pages) show what the
+//! RSS is made of.
+//!
+//! Each round also times the library path on the same data, right before zramd lz4 in odd
+//! rounds and right after it in even ones: one thread writing the file a page at a time into
+//! a `Zram` with lz4, in this process, the figure the NBD servers' single-connection write is
+//! held against (as the median of the rounds' ratios, each taken between neighbours).
 //!
 //! Speeds are the input's bytes over the copy's time (the device is the input's size rounded
 //! up to a whole MiB, so the read-back copies little more than the input). Its sockets and the
@@ -42,6 +48,8 @@ struct Row {
     server: String,
     write_mb_s: f64,
     read_mb_s: f64,
+    /// `qemu-img convert` of the input into the trimmed disk, one connection.
+    convert_mb_s: f64,
     rss_start_mib: f64,
     rss_full_mib: f64,
     rss_after_trim_mib: f64,
@@ -188,7 +196,13 @@ fn measure(server: &mut Server, input: &Path, size: u64, bytes: u64) -> anyhow::
     let write = run_tool(Command::new("nbdcopy").arg(input).arg(&uri), server)?;
     let rss_full = rss_mib(pid)?;
     let device = server.control.as_deref().map(composition).transpose()?;
-    let read = run_tool(Command::new("nbdcopy").arg(&uri).arg("null:"), server)?;
+    let read = run_tool(
+        Command::new("nbdcopy")
+            .args(["-C", "4"])
+            .arg(&uri)
+            .arg("null:"),
+        server,
+    )?;
     run_tool(
         Command::new("qemu-io")
             .args(["-f", "raw", "-c", &format!("discard 0 {size}")])
@@ -197,10 +211,18 @@ fn measure(server: &mut Server, input: &Path, size: u64, bytes: u64) -> anyhow::
     )?;
     std::thread::sleep(Duration::from_millis(500));
     let rss_after_trim = rss_mib(pid)?;
+    let convert = run_tool(
+        Command::new("qemu-img")
+            .args(["convert", "-n", "-f", "raw", "-O", "raw"])
+            .arg(input)
+            .arg(&uri),
+        server,
+    )?;
     Ok(Row {
         server: server.name.to_owned(),
         write_mb_s: bytes as f64 / 1e6 / write,
         read_mb_s: bytes as f64 / 1e6 / read,
+        convert_mb_s: bytes as f64 / 1e6 / convert,
         rss_start_mib: rss_start,
         rss_full_mib: rss_full,
         rss_after_trim_mib: rss_after_trim,
@@ -220,6 +242,8 @@ const SERVERS: [(&str, &[&str]); 7] = [
 ];
 /// Position of nbdkit's zstd allocator in [`SERVERS`].
 const NBDKIT_ZSTD: usize = 5;
+/// The library path's row name.
+const LIBRARY: &str = "library path lz4, 1 thread";
 
 /// The `zramd` binary beside this one: the servers run as processes of their own, and the
 /// workspace builds `zramd` and `zramd-lab` into the same directory.
@@ -286,10 +310,11 @@ fn run_server(i: usize, dir: &Path, input: &Path, size: u64, bytes: u64) -> anyh
 
 fn print_row(row: &Row) {
     println!(
-        "{:32} write {:7.1} MB/s  read {:7.1} MB/s  RSS start {:7.1} MiB  full {:7.1} MiB  after trim {:7.1} MiB",
+        "{:32} write {:7.1} MB/s  read {:7.1} MB/s  qemu-img {:7.1} MB/s  RSS start {:7.1} MiB  full {:7.1} MiB  after trim {:7.1} MiB",
         row.server,
         row.write_mb_s,
         row.read_mb_s,
+        row.convert_mb_s,
         row.rss_start_mib,
         row.rss_full_mib,
         row.rss_after_trim_mib
@@ -324,6 +349,7 @@ fn median_row(runs: &[Row]) -> Row {
         server: runs[0].server.clone(),
         write_mb_s: m(|r| r.write_mb_s),
         read_mb_s: m(|r| r.read_mb_s),
+        convert_mb_s: m(|r| r.convert_mb_s),
         rss_start_mib: m(|r| r.rss_start_mib),
         rss_full_mib: m(|r| r.rss_full_mib),
         rss_after_trim_mib: m(|r| r.rss_after_trim_mib),
@@ -331,8 +357,23 @@ fn median_row(runs: &[Row]) -> Row {
     }
 }
 
+/// The library path: one thread writes `data` a page at a time into a fresh lz4 `Zram`;
+/// MB/s of the input's `bytes`.
+fn library_write(data: &[u8], bytes: u64) -> anyhow::Result<f64> {
+    const PAGE: usize = zram::PAGE_SIZE;
+    let dev = zram::Zram::new(zram::ZramConfig {
+        disksize: data.len() as u64,
+        ..zram::ZramConfig::default()
+    })?;
+    let start = Instant::now();
+    for (i, page) in data.chunks(PAGE).enumerate() {
+        dev.write((i * PAGE) as u64, page)?;
+    }
+    Ok(bytes as f64 / 1e6 / start.elapsed().as_secs_f64())
+}
+
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    for tool in ["nbdcopy", "qemu-io", "nbdkit"] {
+    for tool in ["nbdcopy", "qemu-io", "qemu-img", "nbdkit"] {
         if Command::new(tool).arg("--version").output().is_err() {
             bail!("{tool} is not installed (apt-get install libnbd-bin qemu-utils nbdkit)");
         }
@@ -344,13 +385,16 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let bytes = std::fs::metadata(&args.input)
         .with_context(|| format!("read {}", args.input.display()))?
         .len();
-    // Read the input once so that no server pays for bringing it into the page cache.
-    std::io::copy(&mut std::fs::File::open(&args.input)?, &mut std::io::sink())?;
     if bytes == 0 {
         bail!("{} is empty", args.input.display());
     }
     // A whole number of every unit size the servers use.
     let size = bytes.next_multiple_of(1 << 20);
+    // The library path's copy of the input, padded to the device's size; reading it also
+    // brings the file into the page cache, so that no server pays for that.
+    let mut data =
+        std::fs::read(&args.input).with_context(|| format!("read {}", args.input.display()))?;
+    data.resize(size as usize, 0);
     // Removed when dropped: on success, on error and when unwinding from a panic.
     let tmp = tempfile::Builder::new()
         .prefix("zramd-bench-nbd-")
@@ -358,9 +402,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         .context("create a temporary folder")?;
     let dir = tmp.path();
     let mut runs: Vec<Vec<Row>> = vec![Vec::new(); SERVERS.len()];
-    let bar = crate::progress::bar("nbd", (args.repeat * SERVERS.len()) as u64);
+    let mut library = Vec::new();
+    let bar = crate::progress::bar("nbd", (args.repeat * (SERVERS.len() + 1)) as u64);
     for round in 0..args.repeat {
-        let mut order: Vec<usize> = (0..SERVERS.len()).collect();
+        // The library path is "server" SERVERS.len(), next to zramd lz4 (0).
+        let mut order: Vec<usize> = std::iter::once(SERVERS.len())
+            .chain(0..SERVERS.len())
+            .collect();
         if round % 2 == 1 {
             order.reverse();
         }
@@ -368,6 +416,16 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             outln!("round {} of {}:", round + 1, args.repeat);
         }
         for i in order {
+            if i == SERVERS.len() {
+                crate::progress::doing("library path");
+                let mb_s = library_write(&data, bytes)?;
+                crate::progress::tick("");
+                if !args.json {
+                    crate::progress::print(|| println!("{LIBRARY:32} write {mb_s:7.1} MB/s"));
+                }
+                library.push(mb_s);
+                continue;
+            }
             crate::progress::doing(SERVERS[i].0);
             let row = run_server(i, dir, &args.input, size, bytes)?;
             crate::progress::tick("");
@@ -378,25 +436,38 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         }
     }
     drop(bar);
+    drop(data);
     let rows: Vec<Row> = runs.iter().map(|r| median_row(r)).collect();
+    let library_mb_s = median(library.clone());
     if args.json {
-        println!("{}", serde_json::to_string(&rows)?);
+        let report = serde_json::json!({ "servers": rows, "library_write_mb_s": library_mb_s });
+        println!("{report}");
         return Ok(());
     }
     println!("medians of {} rounds:", args.repeat);
     for row in &rows {
         print_row(row);
     }
+    println!("{LIBRARY:32} write {library_mb_s:7.1} MB/s");
     let nbdkit = &rows[NBDKIT_ZSTD];
-    let per_round: Vec<String> = runs[0]
-        .iter()
-        .zip(&runs[NBDKIT_ZSTD])
-        .map(|(z, n)| format!("{:.2}", z.write_mb_s / n.write_mb_s))
-        .collect();
+    // Each round's ratio, and their median.
+    let ratios = |per: &dyn Fn(usize) -> f64| -> (f64, String) {
+        let each: Vec<f64> = (0..args.repeat).map(per).collect();
+        let text: Vec<String> = each.iter().map(|r| format!("{r:.2}")).collect();
+        (median(each), text.join(", "))
+    };
+    let (to_library, per_library) = ratios(&|r| runs[0][r].convert_mb_s / library[r]);
+    let (to_nbdkit, per_nbdkit) =
+        ratios(&|r| runs[0][r].convert_mb_s / runs[NBDKIT_ZSTD][r].convert_mb_s);
     println!(
-        "zramd lz4 / nbdkit zstd: write {:.2}x (per round: {}), read {:.2}x",
+        "zramd lz4 qemu-img convert / library path write: {to_library:.2}x (per round: {per_library}); \
+         / nbdkit zstd: {to_nbdkit:.2}x (per round: {per_nbdkit})"
+    );
+    let (_, per_write) = ratios(&|r| runs[0][r].write_mb_s / runs[NBDKIT_ZSTD][r].write_mb_s);
+    let (_, per_read) = ratios(&|r| runs[0][r].read_mb_s / runs[NBDKIT_ZSTD][r].read_mb_s);
+    println!(
+        "zramd lz4 / nbdkit zstd: write {:.2}x (per round: {per_write}), read (nbdcopy -C 4) {:.2}x (per round: {per_read})",
         rows[0].write_mb_s / nbdkit.write_mb_s,
-        per_round.join(", "),
         rows[0].read_mb_s / nbdkit.read_mb_s,
     );
     for row in &rows[1..NBDKIT_ZSTD] {

@@ -105,3 +105,31 @@ pub fn set_thread_nice(nice: i32) -> io::Result<()> {
         Err(io::Error::last_os_error())
     }
 }
+
+/// Puts the calling thread in the `SCHED_IDLE` policy: it runs only when nothing else
+/// wants the CPU, and any other thread that wakes takes the CPU from it at once (with only
+/// a lower `nice`, a woken thread may wait for the scheduler's next decision).
+pub fn set_thread_idle() -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `sched_setscheduler` on thread id 0 (the caller) reads `param` during the call
+    // and only changes the caller's scheduling policy.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The CPU the calling thread runs on now (it may move at any time unless pinned).
+pub fn current_cpu() -> usize {
+    rustix::thread::sched_getcpu()
+}
+
+/// Pins the calling thread to CPU `cpu`.
+pub fn pin_thread(cpu: usize) -> io::Result<()> {
+    let mut set = rustix::thread::CpuSet::new();
+    set.set(cpu);
+    rustix::thread::sched_setaffinity(None, &set)?;
+    Ok(())
+}

@@ -9,6 +9,9 @@
 //! - `transmission`: requests and replies (simple or structured), one reader thread and a
 //!   few workers per connection, replies written whole under the connection's writer lock;
 //! - `budget`: the bytes of read and write buffers in flight, per connection and in total;
+//! - `pool`: the server's spare buffers for write payload pieces and read replies;
+//! - `requests`: what a connection's reader and workers share, and the requests without
+//!   payload (reads, block status, trims, flushes...);
 //! - `server`: [`Service`], one server over any number of listeners: its connections
 //!   (accepted by `crate::accept`, limited and timed by `crate::table`), the total budget,
 //!   shutdown.
@@ -22,7 +25,8 @@
 //! [`ServerConfig::handshake_timeout`], a request's buffer by
 //! [`ServerConfig::max_request_bytes`], a connection's requests in flight by a byte budget
 //! of the same size, all connections' requests by [`ServerConfig::max_in_flight`] (one
-//! request of any allowed size may always proceed alone), a reply or a request payload
+//! request of any allowed size may always proceed alone), the spare buffers kept between
+//! requests by a few per worker (`transmission::spare_buffers`), a reply or a request payload
 //! under way by [`ServerConfig::io_timeout`], an idle session by
 //! [`ServerConfig::idle_timeout`], and connections by [`ServerConfig::max_connections`]
 //! and [`ServerConfig::max_handshakes`] (when full, the oldest still negotiating or the
@@ -35,7 +39,9 @@ use crate::human::Timeout;
 
 mod budget;
 pub mod handshake;
+mod pool;
 pub mod proto;
+mod requests;
 pub mod rules;
 mod server;
 pub mod tls;

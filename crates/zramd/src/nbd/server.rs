@@ -10,6 +10,7 @@ use std::sync::atomic::AtomicBool;
 use tracing::{debug, warn};
 
 use super::budget::Budget;
+use super::pool::BufPool;
 use super::tls::Tls;
 use super::{ServerConfig, handshake, transmission};
 use crate::accept::{self, Handler};
@@ -27,6 +28,8 @@ pub struct Service {
     tls: Option<Tls>,
     table: Arc<Table>,
     budget: Budget,
+    /// Spare buffers of all connections.
+    pool: BufPool,
 }
 
 /// What a server holds now, and what it has turned away.
@@ -72,6 +75,7 @@ impl Service {
             tls,
             table,
             budget,
+            pool: transmission::spare_buffers(),
         })
     }
 
@@ -146,8 +150,12 @@ impl Handler for Service {
         );
         slot.activity.serving();
         let served = match session.plain.take() {
-            Some(plain) => transmission::serve(plain, session, &self.config, &self.budget, slot),
-            None => transmission::serve(conn, session, &self.config, &self.budget, slot),
+            Some(plain) => {
+                transmission::serve(plain, session, &self.config, &self.budget, &self.pool, slot)
+            }
+            None => {
+                transmission::serve(conn, session, &self.config, &self.budget, &self.pool, slot)
+            }
         };
         match served {
             Ok(()) => debug!(peer, "nbd: connection closed"),

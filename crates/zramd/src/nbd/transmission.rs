@@ -8,6 +8,15 @@
 //! write buffers in flight, the connection's and the server's: a request waits until its
 //! bytes fit in both (`budget`).
 //!
+//! A write's payload is read in pieces of at most [`PIECE`] bytes (aligned to multiples of
+//! [`PIECE`] on the device, so no compression unit is split) and, once it has arrived whole
+//! (a write cut short stores nothing), the pieces go to the workers: a large write keeps
+//! every worker busy even when the client sends one write at a time (as `qemu-img convert`
+//! does), where a single worker used to compress it alone while the others waited. The last
+//! piece done sends the reply. Pieces, and
+//! read replies that fit in one, use the server's spare buffers ([`spare_buffers`]): a
+//! buffer goes back after use and the next request, of this connection or another, takes it.
+//!
 //! The connection's [`Activity`] tells the server's table what it is doing: a request is in
 //! flight from its header to its reply, arriving while its header or payload is being read,
 //! and a reply is going out while it is written; the table closes the connection when a
@@ -25,7 +34,7 @@
 
 use std::io::{self, BufReader, Read};
 use std::net::Shutdown;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
@@ -36,13 +45,12 @@ use tracing::{debug, warn};
 use super::ServerConfig;
 use super::budget::Budget;
 use super::handshake::Session;
+use super::pool::BufPool;
 use super::proto::*;
-use super::rules::{Limits, block_status_extents, check_request, skip_limit};
-use crate::device::Opened;
-use crate::export::{Export, Op};
+use super::requests::{REPLY_HEAD, Shared, answer, execute, fail};
+use super::rules::{Limits, check_request, skip_limit};
 use crate::stream::{Conn, discard, is_disconnect};
 use crate::table::{Activity, Slot};
-use zram::{BlockState, Zram};
 
 /// Most worker threads per connection.
 pub const MAX_WORKERS: usize = 4;
@@ -60,101 +68,52 @@ pub fn workers() -> usize {
 /// thread may keep that peak resident after the burst (measured: 32 queued 256 KiB writes
 /// left up to 9.3 MiB per connection in the process's RSS, see docs/benchmarks.md).
 const QUEUE: usize = 8;
-/// Most block status descriptors in one reply (the protocol lets a reply cover less).
-pub const MAX_EXTENTS: usize = 32 * 1024;
-/// Granularity of block status: the device's page.
-const PAGE: u64 = zram::PAGE_SIZE as u64;
-/// Zeroes written for `WRITE_ZEROES` with `NO_HOLE`.
-static ZEROES: [u8; 64 * 1024] = [0; 64 * 1024];
+/// Largest piece of a write payload handed to a worker at once, and the size of the spare
+/// buffers (with room for a read reply's header). A multiple of every unit size.
+pub const PIECE: usize = 256 * 1024;
 
-/// A request on its way to a worker.
+/// Spare buffers kept for all connections: a few per worker, whatever the number of
+/// connections (2 MiB with two workers, 4 MiB with four). A steady stream of requests needs
+/// about one spare per busy worker; a burst beyond allocates and frees.
+const SPARE_PER_WORKER: usize = 4;
+
+/// The server's spare buffers: [`PIECE`] bytes and a read reply's header each, at most
+/// [`SPARE_PER_WORKER`] per worker kept.
+pub(crate) fn spare_buffers() -> BufPool {
+    BufPool::new(PIECE + REPLY_HEAD, SPARE_PER_WORKER * workers())
+}
+
+/// Work on its way to a worker.
 #[derive(Debug)]
-struct Job {
+enum Job {
+    /// A request without payload.
+    Whole {
+        req: Request,
+        start: Instant,
+        cost: u64,
+    },
+    /// `len` bytes of a write's payload, to be written at `offset`.
+    Piece {
+        write: Arc<Write>,
+        offset: u64,
+        buf: Box<[u8]>,
+        len: usize,
+    },
+}
+
+/// A write whose pieces are in flight (its payload arrived whole before the first was handed
+/// on).
+#[derive(Debug)]
+struct Write {
     req: Request,
-    payload: Vec<u8>,
     start: Instant,
     cost: u64,
-}
-
-/// What the reader and the workers of one connection share.
-struct Shared<'a, C> {
-    writer: Mutex<C>,
-    export: Arc<Export>,
-    dev: Opened,
-    limits: Limits,
-    peer: &'a str,
-    /// This connection's requests in flight.
-    budget: Budget,
-    /// All connections' requests in flight.
-    total: &'a Budget,
-    activity: &'a Activity,
-    /// A reply could not be sent: the connection is dead.
-    broken: AtomicBool,
-}
-
-impl<C: Conn> Shared<'_, C> {
-    /// Takes a request's bytes from both budgets, the connection's first.
-    fn take(&self, cost: u64) {
-        self.budget.take(cost);
-        self.total.take(cost);
-    }
-
-    /// A request is done with its bytes and answered (or dropped).
-    fn done(&self, cost: u64) {
-        self.activity.end();
-        self.total.give(cost);
-        self.budget.give(cost);
-    }
-
-    /// Writes one whole reply; on failure marks the connection broken and shuts it down
-    /// so that the reader stops too.
-    fn send(&self, bytes: &[u8]) {
-        if self.broken.load(Ordering::Relaxed) {
-            return;
-        }
-        let mut w = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
-        self.activity.sending(true);
-        let sent = io::Write::write_all(&mut *w, bytes);
-        self.activity.sending(false);
-        if let Err(e) = sent {
-            debug!(peer = %self.peer, error = %e, "nbd: reply not delivered; closing");
-            self.broken.store(true, Ordering::Relaxed);
-            w.close(Shutdown::Both);
-        }
-    }
-
-    /// Sends an error reply in the negotiated style.
-    fn send_error(&self, handle: u64, error: u32, message: &str) {
-        if self.limits.structured {
-            self.send(&error_chunk(handle, error, message));
-        } else {
-            self.send(&simple_reply(error, handle));
-        }
-    }
-
-    fn record(&self, kind: u16, bytes: u64, start: Instant, ok: bool) {
-        self.export
-            .stats
-            .record(op_of(kind), bytes, start.elapsed(), ok);
-    }
-}
-
-/// The statistics bucket of a command.
-fn op_of(kind: u16) -> Op {
-    match kind {
-        CMD_READ => Op::Read,
-        CMD_WRITE => Op::Write,
-        CMD_TRIM => Op::Trim,
-        CMD_WRITE_ZEROES => Op::WriteZeroes,
-        CMD_FLUSH => Op::Flush,
-        _ => Op::Other,
-    }
-}
-
-/// The protocol error for a device error: the device's errno (the protocol's values are
-/// Linux's).
-fn errno(e: &zram::Error) -> u32 {
-    u32::try_from(e.errno()).unwrap_or(EIO)
+    /// Pieces not done yet, plus one for the reader while it is still handing them on.
+    left: AtomicUsize,
+    /// The first piece's failure.
+    failed: parking_lot::Mutex<Option<zram::Error>>,
+    /// The workers are gone before every piece was handed on: no reply.
+    abandoned: AtomicBool,
 }
 
 /// Serves requests until the client disconnects or breaks the protocol (or the server's
@@ -164,6 +123,7 @@ pub(crate) fn serve<C: Conn>(
     session: Session,
     config: &ServerConfig,
     total: &Budget,
+    pool: &BufPool,
     slot: &Slot,
 ) -> io::Result<()> {
     let peer = slot.peer.as_str();
@@ -186,6 +146,7 @@ pub(crate) fn serve<C: Conn>(
         total,
         activity: &slot.activity,
         broken: AtomicBool::new(false),
+        pool,
     };
     let mut reader = BufReader::with_capacity(64 * 1024, conn.duplicate()?);
     let (tx, rx) = sync_channel::<Job>(QUEUE);
@@ -309,28 +270,102 @@ fn read_loop<C: Conn>(
             _ => 0,
         };
         shared.take(cost);
-        let mut payload = Vec::new();
         if req.kind == CMD_WRITE {
-            shared.activity.receiving(true);
-            payload = vec![0u8; req.length as usize];
-            if let Err(e) = reader.read_exact(&mut payload) {
-                shared.done(cost);
-                debug!(peer, error = %e, "nbd: connection ended inside a write payload");
-                return if is_disconnect(&e) { Ok(()) } else { Err(e) };
+            if !read_write(reader, shared, tx, req, start)? {
+                return Ok(());
             }
+            continue;
         }
-        shared.activity.receiving(false);
-        let job = Job {
-            req,
-            payload,
-            start,
-            cost,
-        };
-        if let Err(unsent) = tx.send(job) {
-            shared.done(unsent.0.cost);
+        if let Err(unsent) = tx.send(Job::Whole { req, start, cost }) {
+            if let Job::Whole { cost, .. } = unsent.0 {
+                shared.done(cost);
+            }
             return Ok(());
         }
     }
+}
+
+/// Reads a write's payload in pieces, then hands them all to the workers; `Ok(false)` when
+/// the connection ended on the way (nothing of the write is stored then) or the workers are
+/// gone.
+fn read_write<C: Conn>(
+    reader: &mut impl Read,
+    shared: &Shared<'_, C>,
+    tx: &SyncSender<Job>,
+    req: Request,
+    start: Instant,
+) -> io::Result<bool> {
+    let cost = u64::from(req.length);
+    shared.activity.receiving(true);
+    let piece = PIECE as u64;
+    let end = req.offset + u64::from(req.length);
+    let mut pieces = Vec::with_capacity(req.length.div_ceil(PIECE as u32) as usize + 1);
+    let mut offset = req.offset;
+    while offset < end {
+        let len = (piece - offset % piece).min(end - offset) as usize;
+        let mut buf = shared.pool.get();
+        if let Err(e) = reader.read_exact(&mut buf[..len]) {
+            shared.pool.put(buf);
+            for (_, buf, _) in pieces {
+                shared.pool.put(buf);
+            }
+            shared.done(cost);
+            debug!(peer = %shared.peer, error = %e, "nbd: connection ended inside a write payload");
+            return if is_disconnect(&e) { Ok(false) } else { Err(e) };
+        }
+        pieces.push((offset, buf, len));
+        offset += len as u64;
+    }
+    shared.activity.receiving(false);
+    let write = Arc::new(Write {
+        req,
+        start,
+        cost,
+        left: AtomicUsize::new(pieces.len() + 1),
+        failed: parking_lot::Mutex::new(None),
+        abandoned: AtomicBool::new(false),
+    });
+    let mut pieces = pieces.into_iter();
+    for (offset, buf, len) in pieces.by_ref() {
+        let job = Job::Piece {
+            write: Arc::clone(&write),
+            offset,
+            buf,
+            len,
+        };
+        if let Err(unsent) = tx.send(job) {
+            if let Job::Piece { buf, .. } = unsent.0 {
+                shared.pool.put(buf);
+            }
+            write.abandoned.store(true, Ordering::Relaxed);
+            // The unsent pieces (this one and the rest) are done without being stored.
+            let unsent = 1 + pieces.len();
+            for (_, buf, _) in pieces {
+                shared.pool.put(buf);
+            }
+            write.left.fetch_sub(unsent, Ordering::AcqRel);
+            piece_done(shared, &write);
+            return Ok(false);
+        }
+    }
+    piece_done(shared, &write);
+    Ok(true)
+}
+
+/// One piece of `write` (or the reader's part) is done; the last one answers the write.
+fn piece_done<C: Conn>(shared: &Shared<'_, C>, write: &Write) {
+    if write.left.fetch_sub(1, Ordering::AcqRel) != 1 {
+        return;
+    }
+    if !write.abandoned.load(Ordering::Relaxed) {
+        let req = &write.req;
+        let mut result = write.failed.lock().take().map_or(Ok(()), Err);
+        if result.is_ok() && req.flags & CMD_FLAG_FUA != 0 {
+            result = shared.dev.flush();
+        }
+        answer(shared, req, write.start, result.map_err(fail));
+    }
+    shared.done(write.cost);
 }
 
 fn worker<C: Conn>(shared: &Shared<'_, C>, rx: &Mutex<Receiver<Job>>) {
@@ -339,130 +374,24 @@ fn worker<C: Conn>(shared: &Shared<'_, C>, rx: &Mutex<Receiver<Job>>) {
             let rx = rx.lock().unwrap_or_else(PoisonError::into_inner);
             rx.recv()
         };
-        let Ok(job) = job else { return };
-        let cost = job.cost;
-        execute(shared, job);
-        shared.done(cost);
-    }
-}
-
-/// Runs one accepted request and sends its reply.
-fn execute<C: Conn>(shared: &Shared<'_, C>, job: Job) {
-    let Job {
-        req,
-        payload,
-        start,
-        ..
-    } = job;
-    let result = match req.kind {
-        CMD_READ => return read(shared, &req, start),
-        CMD_BLOCK_STATUS => return block_status(shared, &req, start),
-        _ => run(&shared.dev, &req, &payload),
-    };
-    let ok = result.is_ok();
-    match result {
-        Ok(()) => shared.send(&simple_reply(0, req.handle)),
-        Err((error, message)) => {
-            warn!(peer = %shared.peer, kind = req.kind, offset = req.offset, length = req.length, error, %message, "nbd: request failed");
-            shared.send_error(req.handle, error, &message);
-        }
-    }
-    shared.record(req.kind, u64::from(req.length), start, ok);
-}
-
-/// Commands without reply data.
-fn run(dev: &Zram, req: &Request, payload: &[u8]) -> Result<(), (u32, String)> {
-    let fail = |e: zram::Error| (errno(&e), e.to_string());
-    match req.kind {
-        CMD_WRITE => dev.write(req.offset, payload).map_err(fail)?,
-        CMD_TRIM => dev
-            .discard(req.offset, u64::from(req.length))
-            .map_err(fail)?,
-        CMD_WRITE_ZEROES if req.flags & CMD_FLAG_NO_HOLE != 0 => {
-            // Written as zero pages (same-filled, no object): allocated, reads as zeroes.
-            let mut done = 0u64;
-            let len = u64::from(req.length);
-            while done < len {
-                let n = (len - done).min(ZEROES.len() as u64) as usize;
-                dev.write(req.offset + done, &ZEROES[..n]).map_err(fail)?;
-                done += n as u64;
+        match job {
+            Err(_) => return,
+            Ok(Job::Whole { req, start, cost }) => {
+                execute(shared, &req, start);
+                shared.done(cost);
+            }
+            Ok(Job::Piece {
+                write,
+                offset,
+                buf,
+                len,
+            }) => {
+                if let Err(e) = shared.dev.write(offset, &buf[..len]) {
+                    write.failed.lock().get_or_insert(e);
+                }
+                shared.pool.put(buf);
+                piece_done(shared, &write);
             }
         }
-        // Freeing pages is always faster than writing: FAST_ZERO never fails.
-        CMD_WRITE_ZEROES => dev
-            .write_zeroes(req.offset, u64::from(req.length))
-            .map_err(fail)?,
-        // Everything is in memory: there is nothing to prefetch.
-        CMD_CACHE => {}
-        CMD_FLUSH => {}
-        _ => return Err((EINVAL, "unknown command".to_owned())),
     }
-    if req.flags & CMD_FLAG_FUA != 0 || req.kind == CMD_FLUSH {
-        dev.flush().map_err(fail)?;
-    }
-    Ok(())
-}
-
-fn read<C: Conn>(shared: &Shared<'_, C>, req: &Request, start: Instant) {
-    let len = req.length as usize;
-    let structured = shared.limits.structured;
-    if structured && len == 0 {
-        shared.send(&none_chunk(req.handle));
-        shared.record(req.kind, 0, start, true);
-        return;
-    }
-    // The reply header goes in front of the data so the reply is written in one call.
-    let head = if structured {
-        STRUCTURED_HEADER_LEN + 8
-    } else {
-        SIMPLE_REPLY_LEN
-    };
-    let mut buf = vec![0u8; head + len];
-    match shared.dev.read(req.offset, &mut buf[head..]) {
-        Ok(()) => {
-            if structured {
-                // len <= the maximum block size (at most 1 GiB): the chunk length fits.
-                let chunk = u32::try_from(8 + len).unwrap_or(u32::MAX);
-                let h =
-                    structured_header(REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA, req.handle, chunk);
-                buf[..STRUCTURED_HEADER_LEN].copy_from_slice(&h);
-                buf[STRUCTURED_HEADER_LEN..head].copy_from_slice(&req.offset.to_be_bytes());
-            } else {
-                buf[..head].copy_from_slice(&simple_reply(0, req.handle));
-            }
-            shared.send(&buf);
-            shared.record(req.kind, len as u64, start, true);
-        }
-        Err(e) => {
-            warn!(peer = %shared.peer, offset = req.offset, length = req.length, error = %e, "nbd: read failed");
-            drop(buf);
-            shared.send_error(req.handle, errno(&e), &e.to_string());
-            shared.record(req.kind, len as u64, start, false);
-        }
-    }
-}
-
-/// The `base:allocation` status of one page (its unit's, when units are larger).
-fn page_status(dev: &Zram, page: u64) -> u32 {
-    match page
-        .checked_mul(PAGE)
-        .and_then(|offset| dev.block_state(offset))
-    {
-        Some(BlockState::Data) => 0,
-        Some(BlockState::Zero) => STATE_ZERO,
-        Some(BlockState::Hole) | None => STATE_HOLE | STATE_ZERO,
-    }
-}
-
-fn block_status<C: Conn>(shared: &Shared<'_, C>, req: &Request, start: Instant) {
-    let req_one = req.flags & CMD_FLAG_REQ_ONE != 0;
-    let extents = block_status_extents(req.offset, req.length, PAGE, MAX_EXTENTS, req_one, |p| {
-        page_status(&shared.dev, p)
-    });
-    shared.send(&block_status_chunk(
-        req.handle,
-        BASE_ALLOCATION_ID,
-        &extents,
-    ));
-    shared.record(req.kind, u64::from(req.length), start, true);
 }

@@ -21,6 +21,7 @@
 //! round (one word written) is timed as the program sees it, then `--work-us` of CPU work is
 //! done on the page.
 
+mod floor;
 mod tier;
 mod workload;
 
@@ -81,6 +82,8 @@ enum Which {
     Random,
     Combined,
     Fault,
+    /// A bare userfaultfd round trip per way of waiting (the floor under a fault).
+    Floor,
     All,
 }
 
@@ -98,6 +101,7 @@ struct Report {
     settings: Settings,
     runs: Vec<Run>,
     tiers: Vec<TierRun>,
+    floors: Vec<floor::FloorRun>,
     targets: Vec<Target>,
 }
 
@@ -146,13 +150,14 @@ fn measure(args: &Args, s: &Settings) -> anyhow::Result<Report> {
         Which::Sequential => &[Workload::Sequential],
         Which::Random => &[Workload::Random],
         Which::Combined => &[Workload::Combined],
-        Which::Fault => &[],
+        Which::Fault | Which::Floor => &[],
         Which::All => &[Workload::Sequential, Workload::Random, Workload::Combined],
     };
     let mut runs = Vec::new();
     // A step per run: the warm-up and four timed runs per workload, three fault tiers.
     let fault = matches!(args.workload, Which::Fault | Which::All);
-    let steps = workloads.len() * 5 + if fault { 3 } else { 0 };
+    let floor = args.workload == Which::Floor;
+    let steps = workloads.len() * 5 + if fault { 3 } else { 0 } + if floor { 3 } else { 0 };
     let _bar = crate::progress::bar("uswap", steps as u64);
     for &w in workloads {
         // On, off, off, on: a run's place in the sequence costs or gains a few percent
@@ -208,11 +213,23 @@ fn measure(args: &Args, s: &Settings) -> anyhow::Result<Report> {
         tiers.push(tier::run(s, Tier::WrittenBack, Some(&file))?);
         crate::progress::tick("");
     }
+    let mut floors = Vec::new();
+    if floor {
+        for wait in [
+            floor::Wait::Spin,
+            floor::Wait::Poll,
+            floor::Wait::PollSameCpu,
+        ] {
+            floors.push(floor::run(s.size / workload::PAGE, s.rounds, wait)?);
+            crate::progress::tick("");
+        }
+    }
     let targets = targets(&runs, &tiers);
     Ok(Report {
         settings: s.clone(),
         runs,
         tiers,
+        floors,
         targets,
     })
 }
@@ -359,6 +376,13 @@ fn print(r: &Report) {
     }
     for t in &r.tiers {
         row(format!("fault: {}", t.tier.name()), &t.latency, f64::NAN);
+    }
+    for f in &r.floors {
+        row(f.wait.name().to_owned(), &f.latency, f64::NAN);
+    }
+    for f in &r.floors {
+        row(format!("{}: UFFDIO_COPY", f.wait.name()), &f.copy, f64::NAN);
+        row(format!("{}: UFFDIO_WAKE", f.wait.name()), &f.wake, f64::NAN);
     }
     println!(
         "\nfirst touches that took 2 us or more (measured threads); region counters over the \

@@ -36,18 +36,11 @@ pub struct Mounted {
 }
 
 impl Mounted {
-    /// Makes ext4 on `block` (through a loop device when `is_file`) and mounts it on `dir`
-    /// with `discard`.
+    /// Makes ext4 on `block` (through a loop device when `is_file`, see [`attach_loop`]) and
+    /// mounts it on `dir` with `discard`.
     pub fn new(block: &Path, is_file: bool, dir: PathBuf) -> anyhow::Result<Self> {
         let loopdev = if is_file {
-            let out = Command::new("losetup")
-                .args(["-f", "--show"])
-                .arg(block)
-                .output()?;
-            if !out.status.success() {
-                bail!("losetup: {}", String::from_utf8_lossy(&out.stderr).trim());
-            }
-            Some(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+            Some(attach_loop(block)?)
         } else {
             None
         };
@@ -62,6 +55,29 @@ impl Mounted {
             .arg(&m.dir))?;
         Ok(m)
     }
+}
+
+/// Attaches a loop device to `file` with direct I/O (`losetup --direct-io=on`), as the
+/// README recommends for zramd's FUSE `disk`: with the kernel's asynchronous FUSE direct
+/// I/O the loop device keeps several requests in flight, where buffered it waits for each
+/// in turn (docs/benchmarks.md, issue 17 part 3). Where the file refuses direct I/O, a
+/// plain loop device. Returns its path.
+pub fn attach_loop(file: &Path) -> anyhow::Result<String> {
+    let attach = |direct: bool| {
+        let mut cmd = Command::new("losetup");
+        if direct {
+            cmd.arg("--direct-io=on");
+        }
+        cmd.args(["-f", "--show"]).arg(file).output()
+    };
+    let mut out = attach(true)?;
+    if !out.status.success() {
+        out = attach(false)?;
+    }
+    if !out.status.success() {
+        bail!("losetup: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
 impl Drop for Mounted {
