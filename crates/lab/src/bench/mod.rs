@@ -6,7 +6,7 @@ mod dedup;
 mod device;
 mod nbd;
 pub mod pool;
-mod swap_ra;
+pub mod swap_ra;
 pub mod untar;
 
 #[derive(Debug, clap::Args)]

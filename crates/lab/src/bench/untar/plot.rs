@@ -14,7 +14,7 @@ use plotters::style::FontStyle;
 use super::figures::Row;
 
 /// The family the font is registered under.
-const FAMILY: &str = "sans-serif";
+pub const FAMILY: &str = "sans-serif";
 
 /// Where to look for the font, in order.
 fn font_candidates() -> Vec<PathBuf> {
@@ -43,7 +43,8 @@ pub fn font_available() -> bool {
     })
 }
 
-const COLORS: [RGBColor; 8] = [
+/// The lines' colours, in order.
+pub const COLORS: [RGBColor; 8] = [
     RGBColor(0, 0, 0),
     RGBColor(214, 39, 40),
     RGBColor(31, 119, 180),
