@@ -35,7 +35,7 @@ pub struct Args {
     #[arg(long)]
     quick: bool,
     /// The tarball the untar workloads unpack (the seeds': the Linux source tree); default:
-    /// a tree made up for the purpose (24 MiB with --quick, 256 MiB without).
+    /// a tree made up for the purpose (64 MiB with --quick, 256 MiB without).
     #[arg(long)]
     tarball: Option<PathBuf>,
     /// The devices' compression algorithm (the seeds': lzo-rle).
@@ -101,7 +101,7 @@ fn head(ctx: &Ctx, took: f64) -> String {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let cpus = std::thread::available_parallelism().map_or(0, usize::from);
     format!(
-        "# zramd lab report\n\nMode: {}. Input: {}. Algorithm: {}. Machine: {cpus} CPUs, Linux \
+        "# zramd lab report\n\nMode: {}. Input (`TAR` in the commands): {}. Algorithm: {}. Machine: {cpus} CPUs, Linux \
          {}. Took {took:.0} s.\n\nEach section below takes one seed: its published tables in \
          its own columns, beside zramd's and the kernel's figures measured now, and one line \
          per table saying where zramd stands.\n\n",
@@ -147,7 +147,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         Some(t) if t.is_file() => (t.clone(), format!("`{}`", t.display())),
         Some(t) => bail!("{} is not a file", t.display()),
         None => {
-            let mib: u64 = if args.quick { 24 } else { 256 };
+            let mib: u64 = if args.quick { 64 } else { 256 };
             crate::progress::print(|| eprintln!("lab: making a {mib} MiB source tree"));
             let tar = corpus::make(scratch.path(), mib << 20)?;
             (tar, format!("a made-up source tree of {mib} MiB (no --tarball)"))

@@ -28,17 +28,18 @@ pub struct Ctx {
 }
 
 impl Ctx {
-    /// `bench untar`'s arguments for the tarball, the algorithm and `--out` under `DIR/raw`,
-    /// then `more`.
-    pub fn untar_argv(&self, name: &str, more: &[&str]) -> Vec<String> {
+    /// `bench untar`'s arguments for the tarball and the algorithm (with `--quick`, a 1 GiB
+    /// device: its slot table, in the metadata, is sized by the device), then `more`.
+    pub fn untar_argv(&self, more: &[&str]) -> Vec<String> {
         let mut argv: Vec<String> = vec![
             "--tarball".into(),
             self.tarball.display().to_string(),
             "--algorithm".into(),
             self.algorithm.clone(),
-            "--out".into(),
-            self.out.join("raw").join(name).display().to_string(),
         ];
+        if self.quick {
+            argv.extend(["--size".into(), "1G".into()]);
+        }
         if self.no_kernel {
             argv.push("--no-kernel".into());
         }
@@ -196,12 +197,14 @@ pub fn bench_args<A: clap::Args>(argv: &[String]) -> anyhow::Result<A> {
     Ok(Parse::<A>::try_parse_from(argv)?.args)
 }
 
-/// `zramd bench ARGS…` with `argv`, for the report's command lines.
-pub fn command(bench: &str, argv: &[String]) -> String {
+/// `zramd bench BENCH ARGS…` with `argv`, for the report's command lines; the input tarball
+/// shows as `TAR` (the report's head says what it is).
+pub fn command(ctx: &Ctx, bench: &str, argv: &[String]) -> String {
+    let tar = ctx.tarball.display().to_string();
     let mut line = format!("zramd bench {bench}");
     for a in argv {
         line.push(' ');
-        line.push_str(a);
+        line.push_str(if *a == tar { "TAR" } else { a });
     }
     line
 }

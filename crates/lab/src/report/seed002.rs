@@ -166,7 +166,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Section> {
     };
     section
         .commands
-        .push(super::section::command("uswap", &argv));
+        .push(super::section::command(ctx, "uswap", &argv));
     section.skip(
         "the kernel's own swap: not measured (it needs a swap device and memory pressure on \
          this process's cgroup); the seed's kernels stand for it"

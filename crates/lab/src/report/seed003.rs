@@ -183,10 +183,9 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Section> {
     }
     let cycles = ctx.cycles.max(1).to_string();
     let argv = ctx.untar_argv(
-        "seed003",
         &["--cycles", &cycles, "--allocator", "zsmalloc,afmalloc"],
     );
-    section.commands.push(command("untar", &argv));
+    section.commands.push(command(ctx, "untar", &argv));
     let rows = untar::measure(&bench_args(&argv)?)?;
     if !rows.iter().any(|r| r.side == "kernel") {
         section.skip("the kernel's zram: not available here (see the untar bench's line)".into());

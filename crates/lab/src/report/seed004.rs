@@ -46,8 +46,8 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Section> {
         section.skip("the untar workload needs root (loop device, mkfs.ext4, mount)".into());
         return Ok(section);
     }
-    let argv = ctx.untar_argv("seed004", &["--copies", "2", "--fold"]);
-    section.commands.push(command("untar", &argv));
+    let argv = ctx.untar_argv(&["--copies", "2", "--fold"]);
+    section.commands.push(command(ctx, "untar", &argv));
     let rows = untar::measure(&bench_args(&argv)?)?;
     let mut text = String::from(
         "orig_data_size compr_data_size mem_used_total mem_limit mem_used_max same_pages \
