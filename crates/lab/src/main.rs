@@ -18,7 +18,7 @@ struct Cli {
 enum Command {
     /// Run a measurement and print its figures (`--input FILE`: the device; `pool`: the
     /// allocator).
-    Bench(lab::bench::Args),
+    Bench(Box<lab::bench::Args>),
     /// Run every seed's scenario and write one report (Markdown, CSV, JSON, PNG plots).
     Report(lab::report::Args),
 }

@@ -40,12 +40,21 @@ fn check_csv(path: &Path) {
 /// Checks a PNG: the signature, an IHDR chunk with a nonzero width and height.
 fn check_png(path: &Path) {
     let bytes = std::fs::read(path).unwrap();
-    assert!(bytes.len() > 100, "{}: {} bytes", path.display(), bytes.len());
+    assert!(
+        bytes.len() > 100,
+        "{}: {} bytes",
+        path.display(),
+        bytes.len()
+    );
     assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{}", path.display());
     assert_eq!(&bytes[12..16], b"IHDR", "{}", path.display());
     let width = u32::from_be_bytes(bytes[16..20].try_into().unwrap());
     let height = u32::from_be_bytes(bytes[20..24].try_into().unwrap());
-    assert!(width > 0 && height > 0, "{}: {width}x{height}", path.display());
+    assert!(
+        width > 0 && height > 0,
+        "{}: {width}x{height}",
+        path.display()
+    );
 }
 
 #[test]
@@ -70,12 +79,21 @@ fn quick_report_has_every_seed_and_its_files() {
     }
     let md = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
     for seed in ["000", "001", "002", "003", "004"] {
-        assert!(md.contains(&format!("## Seed {seed}: ")), "no seed {seed}:\n{md}");
+        assert!(
+            md.contains(&format!("## Seed {seed}: ")),
+            "no seed {seed}:\n{md}"
+        );
     }
-    assert!(md.contains("Not yet wired"), "seed 001's placeholder:\n{md}");
+    assert!(
+        md.contains("Not yet wired"),
+        "seed 001's placeholder:\n{md}"
+    );
     let tables = md.matches("\n### ").count();
     let verdicts = md.matches("**Where zramd stands:**").count();
-    assert!(tables > 0 && verdicts == tables, "{tables} tables, {verdicts} verdicts");
+    assert!(
+        tables > 0 && verdicts == tables,
+        "{tables} tables, {verdicts} verdicts"
+    );
 
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("report.json")).unwrap())
@@ -94,7 +112,10 @@ fn quick_report_has_every_seed_and_its_files() {
                 check_png(&p);
                 pngs += 1;
                 let name = p.file_name().unwrap().to_string_lossy().into_owned();
-                assert!(md.contains(&format!("]({name})")), "{name} not in the report");
+                assert!(
+                    md.contains(&format!("]({name})")),
+                    "{name} not in the report"
+                );
             }
             _ => {}
         }

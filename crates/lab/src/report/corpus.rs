@@ -26,11 +26,53 @@ const DIRS: [(&str, u32); 9] = [
 ];
 
 const WORDS: [&str; 48] = [
-    "static", "int", "struct", "return", "if", "else", "for", "while", "unsigned", "long",
-    "void", "const", "char", "u32", "u64", "size_t", "NULL", "err", "ret", "dev", "page",
-    "buf", "len", "offset", "lock", "unlock", "spin_lock", "mutex", "kfree", "kmalloc",
-    "GFP_KERNEL", "EINVAL", "ENOMEM", "goto", "out", "sizeof", "flags", "data", "count",
-    "struct device", "pr_err", "list_head", "atomic_t", "case", "break", "switch", "inline",
+    "static",
+    "int",
+    "struct",
+    "return",
+    "if",
+    "else",
+    "for",
+    "while",
+    "unsigned",
+    "long",
+    "void",
+    "const",
+    "char",
+    "u32",
+    "u64",
+    "size_t",
+    "NULL",
+    "err",
+    "ret",
+    "dev",
+    "page",
+    "buf",
+    "len",
+    "offset",
+    "lock",
+    "unlock",
+    "spin_lock",
+    "mutex",
+    "kfree",
+    "kmalloc",
+    "GFP_KERNEL",
+    "EINVAL",
+    "ENOMEM",
+    "goto",
+    "out",
+    "sizeof",
+    "flags",
+    "data",
+    "count",
+    "struct device",
+    "pr_err",
+    "list_head",
+    "atomic_t",
+    "case",
+    "break",
+    "switch",
+    "inline",
     "#define",
 ];
 
@@ -43,9 +85,7 @@ fn file(rng: &mut SmallRng, len: usize) -> Vec<u8> {
     out.extend_from_slice(LICENCE.as_bytes());
     let mut indent = 0usize;
     while out.len() < len {
-        for _ in 0..indent {
-            out.push(b'\t');
-        }
+        out.extend(std::iter::repeat_n(b'\t', indent));
         for _ in 0..rng.gen_range(2..9) {
             out.extend_from_slice(WORDS[rng.gen_range(0..WORDS.len())].as_bytes());
             out.push(b' ');
@@ -64,7 +104,7 @@ fn file(rng: &mut SmallRng, len: usize) -> Vec<u8> {
 
 /// Writes the tree of about `bytes` bytes under `dir/linux-lab`.
 fn tree(dir: &Path, bytes: u64) -> anyhow::Result<()> {
-    let mut rng = SmallRng::seed_from_u64(0x7a72_616d_64);
+    let mut rng = SmallRng::seed_from_u64(0x007a_7261_6d64);
     let top = dir.join("linux-lab");
     for (name, share) in DIRS {
         let budget = bytes * u64::from(share) / 100;

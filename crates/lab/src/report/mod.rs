@@ -150,7 +150,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             let mib: u64 = if args.quick { 64 } else { 256 };
             crate::progress::print(|| eprintln!("lab: making a {mib} MiB source tree"));
             let tar = corpus::make(scratch.path(), mib << 20)?;
-            (tar, format!("a made-up source tree of {mib} MiB (no --tarball)"))
+            (
+                tar,
+                format!("a made-up source tree of {mib} MiB (no --tarball)"),
+            )
         }
     };
     let ctx = Ctx {
@@ -180,7 +183,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 sections.push(section);
             }
         }
-        eprintln!("lab: seed {} took {:.0} s", s.seed, t.elapsed().as_secs_f64());
+        eprintln!(
+            "lab: seed {} took {:.0} s",
+            s.seed,
+            t.elapsed().as_secs_f64()
+        );
     }
     let mut md = head(&ctx, start.elapsed().as_secs_f64());
     md.push_str(&summary(&sections));

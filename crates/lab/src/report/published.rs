@@ -2,8 +2,13 @@
 //! report prints them beside what it measures), and a reader for their numbers.
 
 /// Seed 000: pages per zspage, wasted bytes and used% of a 1568-byte class.
-pub const S000_WASTE_1568: [(usize, usize, usize); 5] =
-    [(1, 960, 76), (2, 352, 95), (3, 1312, 89), (4, 704, 95), (5, 96, 99)];
+pub const S000_WASTE_1568: [(usize, usize, usize); 5] = [
+    (1, 960, 76),
+    (2, 352, 95),
+    (3, 1312, 89),
+    (4, 704, 95),
+    (5, 96, 99),
+];
 
 /// Seed 000: zspage order and the unique size classes it gives.
 pub const S000_UNIQUE: [(u32, usize); 3] = [(2, 69), (3, 123), (4, 191)];

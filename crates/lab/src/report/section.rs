@@ -174,11 +174,11 @@ pub fn block(what: &str, text: &str) -> String {
     format!("{what}:\n\n```\n{}\n```\n\n", text.trim_end())
 }
 
-/// A CSV of `header` and `rows`.
+/// A CSV of `header` and `rows` (a comma inside a cell becomes a semicolon).
 pub fn csv<S: AsRef<str>>(header: &[&str], rows: &[Vec<S>]) -> String {
     let mut out = format!("{}\n", header.join(","));
     for r in rows {
-        let cells: Vec<&str> = r.iter().map(AsRef::as_ref).collect();
+        let cells: Vec<String> = r.iter().map(|c| c.as_ref().replace(',', ";")).collect();
         out.push_str(&cells.join(","));
         out.push('\n');
     }

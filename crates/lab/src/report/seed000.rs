@@ -74,7 +74,10 @@ fn watermark(table: &[ClassStats]) -> usize {
 
 /// The class serving objects of `size`.
 fn serving(table: &[ClassStats], size: usize) -> Option<&ClassStats> {
-    table.iter().filter(|c| c.size >= size).min_by_key(|c| c.size)
+    table
+        .iter()
+        .filter(|c| c.size >= size)
+        .min_by_key(|c| c.size)
 }
 
 /// The tables of every layout and chain size.
@@ -154,7 +157,8 @@ fn unique_table(tables: &Tables) -> (Table, Table) {
     let mut same = true;
     for ((order, seed_unique), (_, seed_huge)) in S000_UNIQUE.iter().zip(S000_HUGE) {
         let chain = 1usize << order;
-        let (Some(s), Some(d)) = (count("seed layout", chain), count("zramd default", chain)) else {
+        let (Some(s), Some(d)) = (count("seed layout", chain), count("zramd default", chain))
+        else {
             continue;
         };
         same &= s.len() == *seed_unique && watermark(s) == seed_huge;

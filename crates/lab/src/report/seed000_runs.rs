@@ -7,8 +7,11 @@ use crate::bench::untar::{self, figures::Row};
 use crate::kernel::is_root;
 
 use super::published::{S000_CHANGE, S000_MM_STAT, column};
-use super::seed000::CHAINS;
 use super::section::{Ctx, Section, Table, bench_args, block, change, command, csv, md_table};
+use super::seed000::CHAINS;
+
+/// A figure of the seed's `mm_stat`: its name, its column, and where a row has it.
+type Figure = (&'static str, usize, fn(&Row) -> u64);
 
 /// One untar's figures after the untar step.
 struct Taken {
@@ -132,7 +135,7 @@ pub fn mm_stat(ctx: &Ctx, section: &mut Section) -> anyhow::Result<()> {
         seed_text.push_str(&format!("ORDER {order} zspage\n\n{rows}\n\n"));
     }
     // mem_used_max (the seed's figure) and mem_used_total (after the untar settled).
-    let figures: [(&str, usize, fn(&Row) -> u64); 2] = [
+    let figures: [Figure; 2] = [
         ("mem_used_max", 4, |r| r.used_max),
         ("mem_used_total", 2, |r| r.used_size),
     ];
@@ -156,7 +159,11 @@ pub fn mm_stat(ctx: &Ctx, section: &mut Section) -> anyhow::Result<()> {
         let base4 = stats(&ours(4))[4];
         for chain in CHAINS {
             let base = (chain > 4).then_some(base4);
-            rows.push(stat_row(&format!("{name}: zramd, chain {chain}"), &ours(chain), base));
+            rows.push(stat_row(
+                &format!("{name}: zramd, chain {chain}"),
+                &ours(chain),
+                base,
+            ));
         }
         let theirs: Vec<f64> = kernel.iter().map(|t| get(&t.row) as f64).collect();
         if !theirs.is_empty() {
@@ -168,10 +175,13 @@ pub fn mm_stat(ctx: &Ctx, section: &mut Section) -> anyhow::Result<()> {
             change(base4, c8),
             change(base4, c16)
         ));
-        if name == "mem_used_total" {
-            if let Some(&k) = theirs.first().filter(|&&k| k > 0.0) {
-                kernel_vs = format!("; zramd's mem_used_total at chain 8 is {:.3}x the kernel's", c8 / k);
-            }
+        if name == "mem_used_total"
+            && let Some(&k) = theirs.first().filter(|&&k| k > 0.0)
+        {
+            kernel_vs = format!(
+                "; zramd's mem_used_total at chain 8 is {:.3}x the kernel's",
+                c8 / k
+            );
         }
     }
     let markdown = format!(

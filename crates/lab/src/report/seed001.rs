@@ -9,7 +9,10 @@ use super::section::{Ctx, Section};
 
 /// Seed 001's section: a placeholder that says so, with no figures.
 pub fn run(_ctx: &Ctx) -> anyhow::Result<Section> {
-    let mut section = Section::new("001", "one pool lock (fs_mark, kernel build): not yet wired");
+    let mut section = Section::new(
+        "001",
+        "one pool lock (fs_mark, kernel build): not yet wired",
+    );
     section.notes.push(
         "**Not yet wired.** The seed's fs_mark (`fs_mark -d DIR -s 100000 -n 2500 -t 32 -k`, \
          files/s: Average, Median, Stddev) and kernel build (real, user, sys) per locking mode \

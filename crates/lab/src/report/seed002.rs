@@ -62,7 +62,10 @@ const HEADER: [&str; 12] = [
 ];
 
 fn workload_table(name: &str, base: &str, opt: &str, runs: &[Run]) -> Option<Table> {
-    let get = |ra: bool| runs.iter().find(|r| r.workload.name() == name && r.readahead == ra);
+    let get = |ra: bool| {
+        runs.iter()
+            .find(|r| r.workload.name() == name && r.readahead == ra)
+    };
     let (off, on) = (get(false)?, get(true)?);
     let row = |who: &str, cells: Vec<String>| {
         let mut r = vec![who.to_owned()];
@@ -112,7 +115,11 @@ fn cdf(ctx: &Ctx, runs: &[Run]) -> anyhow::Result<(Plot, String)> {
     let mut series: Vec<Series> = Vec::new();
     let mut rows = Vec::new();
     for r in runs {
-        let name = format!("{}, ra {}", r.workload.name(), if r.readahead { "on" } else { "off" });
+        let name = format!(
+            "{}, ra {}",
+            r.workload.name(),
+            if r.readahead { "on" } else { "off" }
+        );
         let mut points = Vec::new();
         for i in 0..=200 {
             let q = f64::from(i) / 200.0;
@@ -207,8 +214,19 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Section> {
         rows.push(row);
     }
     let header = [
-        "workload", "readahead", "samples", "avg_us", "min_us", "max_us", "p50_us", "p60_us",
-        "p70_us", "p80_us", "p90_us", "p95_us", "p99_us",
+        "workload",
+        "readahead",
+        "samples",
+        "avg_us",
+        "min_us",
+        "max_us",
+        "p50_us",
+        "p60_us",
+        "p70_us",
+        "p80_us",
+        "p90_us",
+        "p95_us",
+        "p99_us",
     ];
     section.write_csv(ctx, "seed002-latency.csv", &csv(&header, &rows))?;
     let (plot, cdf_csv) = cdf(ctx, &report.runs)?;

@@ -72,7 +72,10 @@ fn once(rows: &[Row]) -> Table {
             row
         })
         .collect();
-    let (z, k) = (range(rows, SIDES[0], Some(1)), range(rows, SIDES[2], Some(1)));
+    let (z, k) = (
+        range(rows, SIDES[0], Some(1)),
+        range(rows, SIDES[2], Some(1)),
+    );
     let verdict = format!(
         "overhead ratio after the untar and each delete: zramd (zsmalloc) {}, zramd (afmalloc) \
          {}, the kernel's zram {} (seed: zsmalloc 5.34% – 16.19%, afmalloc 4.02% – 10.81%, \
@@ -93,7 +96,10 @@ fn once(rows: &[Row]) -> Table {
                 "Seed, untar-afmalloc.out (… real real-ratio)",
                 S003_ONCE_AFMALLOC
             ),
-            block("zramd and the kernel, measured now (cycle 1)", &ours_text(rows, &[1])),
+            block(
+                "zramd and the kernel, measured now (cycle 1)",
+                &ours_text(rows, &[1])
+            ),
             md_table(
                 &[
                     "step",
@@ -170,7 +176,10 @@ fn repeated(rows: &[Row], cycles: usize) -> Table {
 
 /// Seed 003's section.
 pub fn run(ctx: &Ctx) -> anyhow::Result<Section> {
-    let mut section = Section::new("003", "fragmentation over untar and delete cycles (afmalloc)");
+    let mut section = Section::new(
+        "003",
+        "fragmentation over untar and delete cycles (afmalloc)",
+    );
     section.notes.push(
         "Overhead = (mem_used_total − compr_data_size) / compr_data_size after each step; the \
          seed's afmalloc \"real\" column counts metadata and internal fragmentation (zramd's \
@@ -182,9 +191,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Section> {
         return Ok(section);
     }
     let cycles = ctx.cycles.max(1).to_string();
-    let argv = ctx.untar_argv(
-        &["--cycles", &cycles, "--allocator", "zsmalloc,afmalloc"],
-    );
+    let argv = ctx.untar_argv(&["--cycles", &cycles, "--allocator", "zsmalloc,afmalloc"]);
     section.commands.push(command(ctx, "untar", &argv));
     let rows = untar::measure(&bench_args(&argv)?)?;
     if !rows.iter().any(|r| r.side == "kernel") {

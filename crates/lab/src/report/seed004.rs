@@ -32,7 +32,9 @@ fn used(rows: &[Row], side: &str, step: &str) -> Option<u64> {
 }
 
 fn mib(v: Option<u64>) -> String {
-    v.map_or("—".into(), |v| format!("{:.1} MiB", v as f64 / f64::from(1 << 20)))
+    v.map_or("—".into(), |v| {
+        format!("{:.1} MiB", v as f64 / f64::from(1 << 20))
+    })
 }
 
 /// Seed 004's section.
@@ -91,7 +93,12 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Section> {
             "{}{}",
             block("zramd and the kernel, measured now", &text),
             md_table(
-                &["step", "zramd mem_used_total", "kernel mem_used_total", "zramd / kernel"],
+                &[
+                    "step",
+                    "zramd mem_used_total",
+                    "kernel mem_used_total",
+                    "zramd / kernel"
+                ],
                 &table
             )
         ),
