@@ -22,7 +22,7 @@ struct Taken {
 }
 
 /// `mm_stat` as the seed printed it (mem_limit: 0, none set).
-fn mm_line(r: &Row) -> String {
+pub fn mm_line(r: &Row) -> String {
     format!(
         "{:>10} {:>9} {:>9} {:>8} {:>9} {:>8} {:>8} {:>8}",
         r.orig_size,

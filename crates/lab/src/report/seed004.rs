@@ -8,21 +8,12 @@ use crate::kernel::is_root;
 
 use super::published::S004_CLAIM;
 use super::section::{Ctx, Section, Table, bench_args, block, command, md_table};
+use super::seed000_runs;
 
 /// `mm_stat` with the seed's `pages_folded` column.
 fn mm_line(r: &Row) -> String {
-    format!(
-        "{:>10} {:>9} {:>9} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8}",
-        r.orig_size,
-        r.compr_size,
-        r.used_size,
-        0,
-        r.used_max,
-        r.same_pages,
-        r.pages_compacted,
-        r.huge_pages,
-        r.pages_folded.map_or("-".into(), |p| p.to_string()),
-    )
+    let folded = r.pages_folded.map_or("-".into(), |p| p.to_string());
+    format!("{} {folded:>8}", seed000_runs::mm_line(r))
 }
 
 fn used(rows: &[Row], side: &str, step: &str) -> Option<u64> {
