@@ -28,7 +28,7 @@ pub struct Chart<'a> {
 pub fn lines(chart: &Chart<'_>, series: &[Series], path: &Path) -> anyhow::Result<bool> {
     let text = font_available();
     let points = series.iter().flat_map(|(_, p)| p.iter());
-    let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, 0f64, f64::MIN);
+    let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
     for &(x, y) in points {
         x0 = x0.min(x);
         x1 = x1.max(x);
@@ -39,9 +39,10 @@ pub fn lines(chart: &Chart<'_>, series: &[Series], path: &Path) -> anyhow::Resul
         (x0, x1) = (x0.min(0.0), x0.max(0.0) + 1.0);
     }
     if y0 >= y1 {
-        y1 = y0 + 1.0;
+        (y0, y1) = (y0.min(0.0), y0.max(0.0) + 1.0);
     }
-    let y1 = y1 + (y1 - y0) * 0.05;
+    let margin = (y1 - y0) * 0.05;
+    let (y0, y1) = (y0 - margin, y1 + margin);
     let err = |e: &dyn std::fmt::Display| anyhow!("plot {}: {e}", path.display());
     let root = BitMapBackend::new(path, (1280, 720)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;

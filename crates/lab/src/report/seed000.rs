@@ -245,13 +245,14 @@ fn tail(table: &[ClassStats]) -> String {
 }
 
 fn plot(ctx: &Ctx, tables: &Tables) -> anyhow::Result<Plot> {
+    // For every object size (16-byte steps), the share of its zspages that objects of
+    // exactly that size fill, in the class that serves it: merged classes show as dips.
     let series: Vec<Series> = tables
         .iter()
         .map(|(l, chain, t)| {
-            let points = t
-                .iter()
-                .filter(|c| c.size < PAGE)
-                .map(|c| (c.size as f64, used_pct(c, c.size)))
+            let points = (32..PAGE)
+                .step_by(16)
+                .filter_map(|size| serving(t, size).map(|c| (size as f64, used_pct(c, size))))
                 .collect();
             (format!("{}, chain {chain}", l.name), points)
         })
@@ -259,9 +260,9 @@ fn plot(ctx: &Ctx, tables: &Tables) -> anyhow::Result<Plot> {
     let file = "seed000-chain-size.png";
     lines(
         &Chart {
-            title: "zspage space used by each class, by chain size",
-            x_desc: "class size (bytes)",
-            y_desc: "used% of a zspage",
+            title: "zspage space objects of each size fill, by chain size",
+            x_desc: "object size (bytes)",
+            y_desc: "used% of their zspages",
             x_label: &|x| format!("{x:.0}"),
         },
         &series,
@@ -269,7 +270,7 @@ fn plot(ctx: &Ctx, tables: &Tables) -> anyhow::Result<Plot> {
     )?;
     Ok(Plot {
         file: file.into(),
-        title: "used% of a zspage per class size, chain 4/8/16".into(),
+        title: "used% of the zspages per object size, chain 4/8/16".into(),
     })
 }
 

@@ -81,7 +81,7 @@ fn measure(ctx: &Ctx, section: &mut Section) -> anyhow::Result<Vec<Taken>> {
             let kernel = run == 1 && chain == 8;
             let chain_s = chain.to_string();
             let mut more = vec!["--chain-size", &chain_s];
-            if !kernel {
+            if !kernel && !ctx.no_kernel {
                 more.push("--no-kernel");
             }
             let argv = ctx.untar_argv(&more);
