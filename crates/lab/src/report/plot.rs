@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::anyhow;
 use plotters::prelude::*;
 
-use crate::bench::untar::plot::{COLORS, FAMILY, font_available};
+use crate::bench::untar::plot::{COLORS, FAMILY, font_available, legend};
 
 /// A named line of points.
 pub type Series = (String, Vec<(f64, f64)>);
@@ -78,13 +78,7 @@ pub fn lines(chart: &Chart<'_>, series: &[Series], path: &Path) -> anyhow::Resul
         }
     }
     if text {
-        c.configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .label_font((FAMILY, 14))
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| err(&e))?;
+        legend(&mut c, SeriesLabelPosition::LowerRight).map_err(|e| err(&e))?;
     }
     root.present().map_err(|e| err(&e))?;
     Ok(text)
