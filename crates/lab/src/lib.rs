@@ -4,6 +4,7 @@
 //!
 //! - [`bench`]: the measurements (`bench --input FILE`, `bench pool`, `bench nbd`,
 //!   `bench untar`, `bench dedup`, `bench locking`), each a clap `Args` and a `run()`;
+//! - [`report`]: `report` (`zramd lab`): every seed's scenario and one report of them;
 //! - [`kernel`]: the kernel's own zram, hot-added for side-by-side runs and parity tests;
 //! - [`progress`]: progress bars of the long benches (stderr, on a terminal only);
 //! - [`rss`]: this process's resident memory;
@@ -17,6 +18,7 @@
 pub mod bench;
 pub mod kernel;
 pub mod progress;
+pub mod report;
 pub mod rss;
 #[expect(unsafe_code, reason = "the one module that asks the OS for CPU times")]
 pub mod sys;

@@ -18,7 +18,9 @@ struct Cli {
 enum Command {
     /// Run a measurement and print its figures (`--input FILE`: the device; `pool`: the
     /// allocator).
-    Bench(lab::bench::Args),
+    Bench(Box<lab::bench::Args>),
+    /// Run every seed's scenario and write one report (Markdown, CSV, JSON, PNG plots).
+    Report(lab::report::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -29,6 +31,7 @@ fn main() -> std::process::ExitCode {
         "zramd-lab",
         match Cli::parse().command {
             Command::Bench(args) => lab::bench::run(&args),
+            Command::Report(args) => lab::report::run(&args),
         },
     )
 }

@@ -141,6 +141,9 @@ enum Command {
     /// Run a measurement and print its figures (`--input FILE`: the device; `pool`: the
     /// allocator). Runs `zramd-lab bench` with the same arguments.
     Bench(forward::Args),
+    /// Run every seed's scenario side by side with the kernel and write one report
+    /// (`--out DIR`, `--quick`). Runs `zramd-lab report` with the same arguments.
+    Lab(forward::LabArgs),
     /// A refreshing table of every device of a running server: data, compressed, total,
     /// ratio, I/O rates and policy activity.
     Top(top::Args),
@@ -448,6 +451,7 @@ fn cli_main() -> anyhow::Result<()> {
         }
         Command::Classes(args) => classes::run(&args),
         Command::Bench(args) => forward::run(&args),
+        Command::Lab(args) => forward::lab(&args),
         Command::Run(args) => run::run(&args),
         Command::Completions(a) => manual::completions(&a, Cli::command()),
         Command::Man(a) => manual::man(&a, Cli::command()),

@@ -7,7 +7,7 @@ mod device;
 pub mod locking;
 mod nbd;
 pub mod pool;
-mod swap_ra;
+pub mod swap_ra;
 pub mod untar;
 
 #[derive(Debug, clap::Args)]

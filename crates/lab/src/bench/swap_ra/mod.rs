@@ -22,8 +22,8 @@
 //! done on the page.
 
 mod floor;
-mod tier;
-mod workload;
+pub mod tier;
+pub mod workload;
 
 use std::path::PathBuf;
 
@@ -89,24 +89,35 @@ enum Which {
 
 /// A target of issue 14 and whether this run meets it.
 #[derive(Debug, Serialize)]
-struct Target {
-    name: &'static str,
-    value: f64,
-    target: &'static str,
-    met: bool,
+pub struct Target {
+    /// What is compared.
+    pub name: &'static str,
+    /// The figure measured.
+    pub value: f64,
+    /// The target, in words.
+    pub target: &'static str,
+    /// Whether the figure meets it.
+    pub met: bool,
 }
 
+/// Everything one `bench uswap` measured.
 #[derive(Debug, Serialize)]
-struct Report {
-    settings: Settings,
-    runs: Vec<Run>,
-    tiers: Vec<TierRun>,
-    floors: Vec<floor::FloorRun>,
-    targets: Vec<Target>,
+pub struct Report {
+    /// The settings every run used.
+    pub settings: Settings,
+    /// One per workload and readahead setting (the two runs of each merged).
+    pub runs: Vec<Run>,
+    /// The fault tiers.
+    pub tiers: Vec<TierRun>,
+    /// The bare userfaultfd round trips (`--workload floor`).
+    pub floors: Vec<floor::FloorRun>,
+    /// Issue 14's targets.
+    pub targets: Vec<Target>,
 }
 
-pub fn run(args: &Args) -> anyhow::Result<()> {
-    let s = Settings {
+/// The settings `args` asks for.
+fn settings(args: &Args) -> anyhow::Result<Settings> {
+    Ok(Settings {
         size: usize::try_from(args.size.bytes())?,
         budget: usize::try_from(args.budget.bytes())?,
         rounds: args.rounds,
@@ -115,8 +126,17 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         work_us: args.work_us,
         algorithm: args.algorithm,
         max_order: args.max_order,
-    };
-    match measure(args, &s) {
+    })
+}
+
+/// Measures what `args` asks for and returns the figures (printing only progress); an
+/// error that [`unavailable`] recognises means userfaultfd cannot be used here.
+pub fn figures(args: &Args) -> anyhow::Result<Report> {
+    measure(args, &settings(args)?)
+}
+
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    match figures(args) {
         Err(e) => match unavailable(&e) {
             Some(why) => anyhow::bail!(
                 "zramd bench uswap needs userfaultfd, which this process cannot use: {why} \
@@ -137,7 +157,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
 }
 
 /// Why userfaultfd is unavailable, if that is what `e` says.
-fn unavailable(e: &anyhow::Error) -> Option<String> {
+pub fn unavailable(e: &anyhow::Error) -> Option<String> {
     e.chain()
         .find_map(|c| match c.downcast_ref::<uswap::Error>() {
             Some(uswap::Error::Unavailable(why)) => Some(why.clone()),

@@ -193,7 +193,7 @@ fn print_ratios(allocator: Allocator, ours: &Steps, theirs: &Steps) {
             _ => continue,
         };
         if let Some(k) = kernel(s.cycle).filter(|&k| k > 0.0) {
-            println!(
+            outln!(
                 "mem_used_total zramd ({allocator})/kernel after {} #{}: {:.3}{note}",
                 s.step,
                 s.cycle,
@@ -250,7 +250,9 @@ fn write_figures(out: &Path, rows: &[Row]) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn run(args: &Args) -> anyhow::Result<()> {
+/// Runs the workload on every side `args` names (printing each step as it goes) and
+/// returns one row per (side, allocator, cycle, step); writes no files.
+pub fn measure(args: &Args) -> anyhow::Result<Vec<Row>> {
     if !args.tarball.is_file() {
         bail!("{} is not a file", args.tarball.display());
     }
@@ -259,12 +261,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     }
     let tmp = std::env::temp_dir().join(format!("zramd-untar-{}", std::process::id()));
     std::fs::create_dir_all(&tmp)?;
-    let out = match &args.out {
-        Some(dir) => dir.clone(),
-        None => std::env::temp_dir().join(format!("zramd-untar-figures-{}", std::process::id())),
-    };
-    std::fs::create_dir_all(&out).with_context(|| format!("create {}", out.display()))?;
-    println!("{}", seed_header());
+    outln!("{}", seed_header());
     let mut rows = Vec::new();
     let mut ours = Vec::new();
     // A step per cycle of each side (the kernel's counted even where it is skipped).
@@ -278,9 +275,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     }
     let mut theirs_steps = Steps::new();
     if args.no_kernel {
-        println!("kernel: skipped (--no-kernel)");
+        outln!("kernel: skipped (--no-kernel)");
     } else if let Some(why) = unavailable_reason(args.device.algorithm.name()) {
-        println!("kernel: skipped ({why})");
+        outln!("kernel: skipped ({why})");
     } else {
         let size = args.size.bytes();
         let theirs = Theirs {
@@ -294,7 +291,16 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     for (allocator, steps) in &ours {
         print_ratios(*allocator, steps, &theirs_steps);
     }
-    write_figures(&out, &rows)?;
     let _ = std::fs::remove_dir_all(&tmp);
-    Ok(())
+    Ok(rows)
+}
+
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    let out = match &args.out {
+        Some(dir) => dir.clone(),
+        None => std::env::temp_dir().join(format!("zramd-untar-figures-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&out).with_context(|| format!("create {}", out.display()))?;
+    let rows = measure(args)?;
+    write_figures(&out, &rows)
 }

@@ -8,13 +8,14 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use anyhow::anyhow;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters::style::FontStyle;
 
 use super::figures::Row;
 
 /// The family the font is registered under.
-const FAMILY: &str = "sans-serif";
+pub const FAMILY: &str = "sans-serif";
 
 /// Where to look for the font, in order.
 fn font_candidates() -> Vec<PathBuf> {
@@ -43,7 +44,8 @@ pub fn font_available() -> bool {
     })
 }
 
-const COLORS: [RGBColor; 8] = [
+/// The lines' colours, in order.
+pub const COLORS: [RGBColor; 8] = [
     RGBColor(0, 0, 0),
     RGBColor(214, 39, 40),
     RGBColor(31, 119, 180),
@@ -127,14 +129,27 @@ pub fn draw(rows: &[Row], path: &Path, size: (u32, u32)) -> anyhow::Result<bool>
         }
     }
     if text {
-        chart
-            .configure_series_labels()
-            .label_font((FAMILY, 14))
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| err(&e))?;
+        legend(&mut chart, SeriesLabelPosition::MiddleRight).map_err(|e| err(&e))?;
     }
     root.present().map_err(|e| err(&e))?;
     Ok(text)
+}
+
+/// A chart of the lab's plots: f64 on both axes, drawn into a PNG.
+pub type Plotted<'a, 'b> =
+    ChartContext<'a, BitMapBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// Draws the legend of `chart`'s labelled series at `at`, in the registered font.
+pub fn legend<'a, 'b: 'a>(
+    chart: &mut Plotted<'a, 'b>,
+    at: SeriesLabelPosition,
+) -> Result<(), String> {
+    chart
+        .configure_series_labels()
+        .position(at)
+        .label_font((FAMILY, 14))
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| e.to_string())
 }
