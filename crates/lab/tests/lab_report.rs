@@ -85,8 +85,8 @@ fn quick_report_has_every_seed_and_its_files() {
         );
     }
     assert!(
-        md.contains("Not yet wired"),
-        "seed 001's placeholder:\n{md}"
+        md.contains("zramd pool") && md.contains("zramd class") && md.contains("zramd sharded"),
+        "seed 001's locking modes:\n{md}"
     );
     let tables = md.matches("\n### ").count();
     let verdicts = md.matches("**Where zramd stands:**").count();
