@@ -1,7 +1,8 @@
 //! Compaction (the kernel's `zs_compact`): per class shard, from the largest class down,
 //! objects move out of the emptiest zspages into the fullest ones (`migrate_zspage`), and
 //! emptied zspages go back to the OS; then, beyond the kernel, each partly used zspage that
-//! would fit in fewer pages is moved into a *short* zspage of just enough pages.
+//! would fit in fewer pages is moved into a *short* zspage of just enough pages; and a
+//! sharded class's other shards merge into its home shard (`merge.rs`).
 //!
 //! Objects need not carry their handle (`Header::Omitted`), so compaction finds the objects
 //! of a zspage through an [`ObjectIndex`]: one pass over the shard's handle table threads
@@ -25,13 +26,21 @@ use crate::zspage::{GROUP_EMPTY, GROUP_FULL, ZsPage};
 impl Pool {
     /// Compacts every class, from the largest down, moving objects out of the emptiest
     /// zspages into the fullest ones, then moving each partly used zspage that would fit in
-    /// fewer pages into a short zspage; returns the pages given back to the OS.
+    /// fewer pages into a short zspage; a sharded class's other shards then merge their
+    /// partly used zspages into its home shard (`merge.rs`). Returns the pages given back
+    /// to the OS.
     pub fn compact(&self) -> usize {
-        let freed: usize = self
-            .shards
-            .iter()
+        let freed: usize = (0..self.table.classes().len())
             .rev()
-            .map(|shard| self.compact_shard(shard))
+            .map(|class_pos| {
+                let shards = self.shards.slice(self.shards.class_range(class_pos));
+                let compacted: usize = shards
+                    .iter()
+                    .rev()
+                    .map(|shard| self.compact_shard(shard))
+                    .sum();
+                compacted + self.merge_class(class_pos)
+            })
             .sum();
         self.pages_compacted
             .fetch_add(freed as u64, Ordering::Relaxed);
