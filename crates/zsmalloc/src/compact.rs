@@ -30,25 +30,37 @@ impl Pool {
     /// partly used zspages into its home shard (`merge.rs`). Returns the pages given back
     /// to the OS.
     pub fn compact(&self) -> usize {
-        let freed: usize = (0..self.table.classes().len())
+        let freed: isize = (0..self.table.classes().len())
             .rev()
             .map(|class_pos| {
                 let shards = self.shards.slice(self.shards.class_range(class_pos));
-                let compacted: usize = shards
-                    .iter()
-                    .rev()
-                    .map(|shard| self.compact_shard(shard))
-                    .sum();
-                compacted + self.merge_class(class_pos)
+                if let [shard] = shards {
+                    return self.compact_shard(shard) as isize;
+                }
+                // Pack each shard; merge the others' partly used zspages into the home shard
+                // (before shortening, so that nothing moves into a short zspage); then pack
+                // the home shard again and shorten what is left partly used.
+                let packed: usize = shards.iter().rev().map(|s| self.pack_shard(s)).sum();
+                let merged = self.merge_class(class_pos);
+                let shortened: usize = shards.iter().rev().map(|s| self.compact_shard(s)).sum();
+                (packed + shortened) as isize + merged
             })
             .sum();
+        let freed = freed.max(0) as usize;
         self.pages_compacted
             .fetch_add(freed as u64, Ordering::Relaxed);
         freed
     }
 
-    /// Compacts one class shard (the kernel's `__zs_compact`); returns the pages freed.
+    /// Compacts one class shard (the kernel's `__zs_compact`, then shortening); returns the
+    /// pages freed.
     pub(crate) fn compact_shard(&self, shard: &ClassShard) -> usize {
+        self.pack_shard(shard) + self.shorten_partial(shard)
+    }
+
+    /// Moves objects out of the emptiest zspages of a class shard into the fullest ones until
+    /// at most one is partly used; returns the pages freed.
+    fn pack_shard(&self, shard: &ClassShard) -> usize {
         let geom = shard.geom;
         let mut freed = 0;
         // Each step empties a zspage or fills one; bound the steps so that threads freeing
@@ -107,7 +119,7 @@ impl Pool {
                 freed += self.release(run);
             }
         }
-        freed + self.shorten_partial(shard)
+        freed
     }
 
     /// Beyond the kernel: once a class cannot free a whole zspage any more, each of its

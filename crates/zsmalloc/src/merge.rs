@@ -19,9 +19,9 @@
 //! only with `Locking::Sharded`, where class-shard locks take no pool lock. New pages for
 //! the home shard are got with neither lock held.
 //!
-//! When. [`Pool::compact`] merges each class, after compacting its shards (so each other
-//! shard has at most one partly used zspage left to move) and before compacting the home
-//! shard once more; then the class counts as unsharded again, so new objects go to the
+//! When. [`Pool::compact`] merges each class, after packing its shards (so each other
+//! shard has at most one partly used zspage left to move) and before packing the home
+//! shard once more and shortening (so that nothing moves into a short zspage); then the class counts as unsharded again, so new objects go to the
 //! home shard until threads contend for it anew. The device's automatic compaction counts
 //! what merging would give back ([`Pool::compactable_pages`]) once the pool stops growing:
 //! the end of a write burst merges what it spread.
@@ -36,27 +36,22 @@ use crate::zspage::{GROUP_EMPTY, GROUP_FULL, ZsPage, set_header};
 
 impl Pool {
     /// Moves the objects of the partly used zspages of the other shards of class
-    /// `class_pos` into its home shard and compacts that; marks the class unsharded.
-    /// Returns the pages given back, less those taken.
-    pub(crate) fn merge_class(&self, class_pos: usize) -> usize {
+    /// `class_pos` into its home shard; marks the class unsharded. Returns the pages given
+    /// back less those taken (the caller compacts the home shard after).
+    pub(crate) fn merge_class(&self, class_pos: usize) -> isize {
         let range = self.shards.class_range(class_pos);
         let home_pos = range.start;
         let shards = self.shards.slice(range);
         let Some((home, others)) = shards.split_first() else {
             return 0;
         };
-        let (mut given, mut taken, mut moved) = (0, 0, 0);
+        let mut net = 0;
         for (i, shard) in others.iter().enumerate() {
             let step = self.merge_shard((home_pos, home), (home_pos + 1 + i, shard));
-            given += step.given;
-            taken += step.taken;
-            moved += step.moved;
-        }
-        if moved > 0 {
-            given += self.compact_shard(home);
+            net += step.given as isize - step.taken as isize;
         }
         self.shards.unshard(class_pos);
-        given.saturating_sub(taken)
+        net
     }
 
     /// Moves the objects of `shard`'s partly used zspages (but anchors) into `home`.
@@ -103,10 +98,7 @@ impl Pool {
                         flags,
                     };
                     match move_object(&mut src, &mut dst, home_pos, &geom, from, to) {
-                        Ok(run) => {
-                            step.moved += 1;
-                            released.extend(run);
-                        }
+                        Ok(run) => released.extend(run),
                         Err(run) => {
                             // The home shard's handle table is full: leave the rest.
                             released.extend(run);
@@ -177,8 +169,6 @@ impl Pool {
 /// What merging one shard did.
 #[derive(Debug, Default)]
 struct MergeStep {
-    /// Objects moved.
-    moved: usize,
     /// Pages given back (emptied zspages, an unused spare run).
     given: usize,
     /// Pages taken for the home shard.
