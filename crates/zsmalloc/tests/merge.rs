@@ -77,7 +77,7 @@ fn fill(pool: &Arc<Pool>, n: usize, threads: usize) -> Vec<Handle> {
 fn merge_brings_a_many_thread_fill_down_to_one_threads() {
     const N: usize = 20_000;
     let config = PoolConfig::default();
-    let one = Arc::new(pool(config.clone(), SHARDS));
+    let one = Arc::new(pool(config, SHARDS));
     let one_handles = fill(&one, N, 1);
     one.compact();
     let one_pages = one.total_pages();

@@ -58,7 +58,7 @@ fn a_many_thread_fill_holds_one_threads_memory_once_merged() {
         ..rss_config(Allocator::Zsmalloc)
     };
     let one_pages = {
-        let pool = Arc::new(Pool::with_config(config.clone()).unwrap());
+        let pool = Arc::new(Pool::with_config(config).unwrap());
         let handles = fill(&pool, 1);
         pool.compact();
         let pages = pool.total_pages();

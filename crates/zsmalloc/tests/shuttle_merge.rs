@@ -11,6 +11,10 @@
 #[path = "common/pool.rs"]
 mod pool;
 #[path = "common/schedules.rs"]
+#[expect(
+    dead_code,
+    reason = "this scenario ends with its own checks, not `settle`"
+)]
 mod schedules;
 
 use std::sync::Arc;

@@ -82,7 +82,8 @@ pub fn scaling(args: &Params, allocator: Allocator, dist: &SizeDist) -> anyhow::
         .iter()
         .zip(figures)
         .map(|(&threads, mut rounds)| {
-            rounds.sort_by(|a, b| a.0.total_cmp(&b.0));
+            // By ratio (the first count's are all 1: then by ops/s, for its median).
+            rounds.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
             let ratios = rounds.iter().map(|r| format!("{:.2}", r.0)).collect();
             let (ratio, ops_s, _, _) = rounds[rounds.len() / 2];
             let mut ceilings = rounds.clone();
@@ -100,7 +101,18 @@ pub fn scaling(args: &Params, allocator: Allocator, dist: &SizeDist) -> anyhow::
         .collect();
     let at = |t: usize| curve.iter().find(|p| p.threads == t);
     let (one, two) = match (at(1), at(2)) {
-        (Some(one), Some(two)) if args.threads.first() == Some(&1) => (one.clone(), two.clone()),
+        (Some(_), Some(two)) if args.threads.first() == Some(&1) => {
+            // The 1-thread figure of the round whose 2/1 ratio is the median.
+            let one = Point {
+                threads: 1,
+                ops_s: two.ops_s / two.ratio,
+                ratio: 1.0,
+                ratios: Vec::new(),
+                ceiling_ratio: 1.0,
+                ceiling_ops_s: 0.0,
+            };
+            (one, two.clone())
+        }
         _ => {
             let none = Point {
                 threads: 0,
