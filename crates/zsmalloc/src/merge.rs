@@ -11,7 +11,10 @@
 //! then goes from its shard to the anchor's, as for any remote alias. The anchor is marked
 //! *moved* ([`Anchor::moved`](crate::sharing::Anchor)): while no other handle was added to
 //! it, its one alias may still `write` the object, which is the caller's alone. An anchor
-//! of a shared object never moves (its aliases, in any shard, would have to follow).
+//! of a shared object never moves (its aliases, in any shard, would have to follow), nor do
+//! the other objects of its zspage (which could not empty). New pages are taken only for
+//! objects of full-length zspages, which all empty, so a merge never takes more pages than
+//! it gives back; a short zspage's objects only fill room the home shard has.
 //!
 //! Locks. Moving an object holds two class-shard locks at once, the other shard's and
 //! then the home shard's: only merging does this, and only in that order, and every other
@@ -83,11 +86,18 @@ impl Pool {
                 // The second lock: the home shard's, after the other's (see the module docs).
                 let mut dst = home.inner.lock();
                 for (entry, loc, flags) in candidates {
+                    // New pages only for objects of full-length zspages, which all empty:
+                    // a merge never takes more pages than it gives back. A short zspage's
+                    // objects only fill room the home shard has.
+                    let short = src.meta(loc.zspage).run.pages() < geom.pages_per_zspage;
                     let room = dst.fullest_with_room(None).or_else(|| {
-                        let run = spare.take()?;
+                        let run = if short { None } else { spare.take() }?;
                         Some(dst.add_zspage(ZsPage::new(run, geom.objs_per_zspage)))
                     });
                     let Some(to) = room else {
+                        if short {
+                            continue;
+                        }
                         out_of_room = true;
                         break;
                     };
@@ -175,18 +185,24 @@ struct MergeStep {
     taken: usize,
 }
 
-/// The objects a merge moves out of a shard: those of its partly used zspages that are not
-/// anchors, as `(entry, location, flags)`.
+/// The objects a merge moves out of a shard: those of its partly used zspages that hold no
+/// anchor (anchors stay, so such a zspage could not empty), as `(entry, location, flags)`.
 fn movable(inner: &ShardInner) -> Vec<(u32, Location, Flags)> {
     if (GROUP_EMPTY + 1..GROUP_FULL).all(|g| inner.groups[g as usize].is_empty()) {
         return Vec::new();
     }
+    let anchored: std::collections::HashSet<u32> = inner
+        .sharing
+        .anchors
+        .keys()
+        .map(|&anchor| inner.handles.location(anchor).zspage)
+        .collect();
     inner
         .handles
         .iter_located()
-        .filter(|&(_, _, loc, flags)| {
+        .filter(|&(_, _, loc, _)| {
             let group = inner.meta(loc.zspage).group;
-            !flags.has(Flags::ANCHOR) && group > GROUP_EMPTY && group < GROUP_FULL
+            group > GROUP_EMPTY && group < GROUP_FULL && !anchored.contains(&loc.zspage)
         })
         .map(|(entry, _, loc, flags)| (entry, loc, flags))
         .collect()
