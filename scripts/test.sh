@@ -60,7 +60,7 @@ cargo test --workspace --locked --release --features zramd/tls-psk -- --nocaptur
 echo "== shuttle model checks (the locking protocols of zsmalloc, afmalloc, zbud and malloc)"
 RUSTFLAGS="--cfg shuttle" CARGO_TARGET_DIR=target/shuttle \
   cargo test -p zsmalloc --locked --release --test shuttle_locking \
-  --test shuttle_afmalloc --test shuttle_zbud_malloc
+  --test shuttle_merge --test shuttle_afmalloc --test shuttle_zbud_malloc
 
 echo "== fuzz smoke (cargo-fuzz, ${FUZZ_SECONDS:=15} s per target)"
 if ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then

@@ -384,3 +384,101 @@ fn bench_device_runs_on_the_allocator_asked_for() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("slab"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn thread_lists_parse_and_bad_counts_are_refused() {
+    let pool = |argv: &[&str]| Pool::try_parse_from(argv);
+    assert_eq!(pool(&["pool"]).unwrap().args.thread_counts(), [1, 2]);
+    assert_eq!(
+        pool(&["pool", "--threads", "1,2,4,8,16"])
+            .unwrap()
+            .args
+            .thread_counts(),
+        [1, 2, 4, 8, 16]
+    );
+    assert_eq!(
+        pool(&["pool", "--threads", "4"])
+            .unwrap()
+            .args
+            .thread_counts(),
+        [4]
+    );
+    assert!(pool(&["pool", "--threads", "1,two"]).is_err());
+    // A count of 0 parses, and the run refuses it.
+    let out = Command::new(env!("CARGO_BIN_EXE_zramd-lab"))
+        .args(["bench", "pool", "--threads", "1,0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--threads"));
+}
+
+/// `bench pool --threads 1,2,3` prints one curve row per count, and its JSON holds them.
+#[test]
+fn bench_pool_prints_a_row_per_thread_count() {
+    let json: serde_json::Value =
+        serde_json::from_str(&bench_pool(&["--threads", "1,2,3", "--json"])).unwrap();
+    let curve = json["allocators"][0]["scaling"]["curve"]
+        .as_array()
+        .unwrap();
+    let counts: Vec<u64> = curve
+        .iter()
+        .map(|p| p["threads"].as_u64().unwrap())
+        .collect();
+    assert_eq!(counts, [1, 2, 3]);
+    assert_eq!(curve[0]["ratio"].as_f64(), Some(1.0));
+    assert!(curve.iter().all(|p| p["ops_s"].as_f64().unwrap() > 0.0));
+    let text = bench_pool(&["--threads", "1,3"]);
+    let rows: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("threads"))
+        .skip(1)
+        .take_while(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()))
+        .collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    assert!(rows[1].trim_start().starts_with('3'), "{text}");
+}
+
+/// `bench --input FILE --threads 1,2` measures each count: one JSON point per count (a
+/// single count keeps the one report it always printed), and a bad count is refused.
+#[test]
+fn bench_device_takes_a_thread_list() {
+    let dir = scratch("bench-device-threads");
+    let input = dir.join("input");
+    let text: Vec<u8> = (0..1 << 20)
+        .map(|i: usize| b"thread list curve "[i % 18] ^ ((i / 4096) as u8 & 3))
+        .collect();
+    std::fs::write(&input, &text).unwrap();
+    let bench = |threads: &str| {
+        Command::new(env!("CARGO_BIN_EXE_zramd-lab"))
+            .args(["bench", "--repeat", "1", "--json", "--threads", threads])
+            .arg("--input")
+            .arg(&input)
+            .output()
+            .unwrap()
+    };
+    let out = bench("1,2");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let points = json.as_array().unwrap();
+    let counts: Vec<u64> = points
+        .iter()
+        .map(|p| p["threads"].as_u64().unwrap())
+        .collect();
+    assert_eq!(counts, [1, 2]);
+    for p in points {
+        assert_eq!(p["zramd"]["mm_stat"][0].as_u64(), Some(1 << 20), "{p}");
+    }
+    let one: serde_json::Value =
+        serde_json::from_str(&String::from_utf8_lossy(&bench("2").stdout)).unwrap();
+    assert_eq!(one["zramd"]["mm_stat"][0].as_u64(), Some(1 << 20), "{one}");
+    let bad = bench("1,0");
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--threads"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

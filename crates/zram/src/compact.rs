@@ -1,6 +1,8 @@
 //! Automatic compaction (beyond the kernel, which compacts only when told or under reclaim):
 //! a background thread compacts the pool when the pages it could free pass a threshold.
-//! Frees nudge it; otherwise it looks every `interval`.
+//! Frees nudge it; otherwise it looks every `interval`, or every [`GROWING_GAP`] while the
+//! pool has grown within the last `interval`, so that it sees a write burst end about an
+//! interval after its last growth.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -83,6 +85,9 @@ impl Compactor {
     }
 }
 
+/// The time between two looks while the pool grows (see `run`).
+pub const GROWING_GAP: Duration = Duration::from_millis(50);
+
 /// The least time between two looks, however many frees nudge: a device freeing slots at
 /// a high rate (a uswap region frees one per fault) wakes the thread at most this often.
 pub const MIN_GAP: Duration = Duration::from_millis(10);
@@ -91,6 +96,8 @@ fn run(pool: &dyn Backend, policy: AutoCompact, signal: &(Mutex<Signal>, Condvar
     let (m, cv) = signal;
     let mut last_total = usize::MAX;
     let mut looked = std::time::Instant::now();
+    let mut wait = policy.interval;
+    let mut grew = looked;
     loop {
         {
             let mut s = m.lock();
@@ -100,7 +107,7 @@ fn run(pool: &dyn Backend, policy: AutoCompact, signal: &(Mutex<Signal>, Condvar
                 cv.wait_until(&mut s, gap_end);
             }
             if !s.nudged && !s.stop {
-                cv.wait_for(&mut s, policy.interval);
+                cv.wait_for(&mut s, wait);
             }
             if s.stop {
                 return;
@@ -109,8 +116,20 @@ fn run(pool: &dyn Backend, policy: AutoCompact, signal: &(Mutex<Signal>, Condvar
         }
         looked = std::time::Instant::now();
         let total = pool.total_pages();
-        let quiet = total <= last_total;
+        if total > last_total {
+            grew = looked;
+        }
+        // Quiet: no growth for an interval (as when looks were an interval apart). A pool
+        // that grew is looked at more often, so that the end of a write burst is seen (and
+        // what the burst spread over shards merged: zsmalloc's `merge.rs`) within about an
+        // interval, not two.
+        let quiet = looked.duration_since(grew) >= policy.interval;
         last_total = total;
+        wait = if quiet {
+            policy.interval
+        } else {
+            policy.interval.min(GROWING_GAP)
+        };
         if policy.due(pool, quiet) {
             pool.compact();
             last_total = pool.total_pages();

@@ -135,3 +135,60 @@ fn check_nothing_happens_until_compact(auto_compact: Option<AutoCompact>) {
     assert_eq!(zram.pool().total_pages(), total - freed);
     check_survivors(&zram, &kept);
 }
+
+/// Threads that each wrote into their own shards of the pool's classes leave a partly used
+/// zspage per class per shard; once the writes stop, the background thread merges the
+/// shards (zsmalloc's `merge.rs`) by itself, down to what one thread's writes of the same
+/// pages hold once compacted (bounded wait).
+#[test]
+fn the_background_thread_merges_what_threads_spread() {
+    const THREADS: usize = 16;
+    let sharded = |auto_compact| {
+        let mut config = ZramConfig {
+            disksize: (PAGES * PAGE_SIZE) as u64,
+            algorithm: Algorithm::Lz4,
+            auto_compact,
+            ..ZramConfig::default()
+        };
+        config.pool.shards = THREADS;
+        Zram::new(config).expect("device")
+    };
+    let one = sharded(None);
+    for i in 0..PAGES {
+        one.write(i as u64 * P, &page(i)).unwrap();
+    }
+    one.compact();
+    let one_used = one.mm_stat().mem_used_total;
+
+    let zram = sharded(Some(POLICY));
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let zram = &zram;
+            s.spawn(move || {
+                zsmalloc::pin_malloc_shard(Some(t));
+                for i in (t..PAGES).step_by(THREADS) {
+                    zram.write(i as u64 * P, &page(i)).unwrap();
+                }
+            });
+        }
+    });
+    let spread = zram.mm_stat().mem_used_total;
+    // A page per size class in use is rounding; the spread fill holds far more.
+    let slack = 128 * P;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while zram.mm_stat().mem_used_total > one_used + slack {
+        assert!(
+            Instant::now() < deadline,
+            "not merged: {} bytes, one thread's {one_used}, spread {spread}",
+            zram.mm_stat().mem_used_total
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    println!(
+        "spread {spread} bytes, merged {}, one thread {one_used}",
+        zram.mm_stat().mem_used_total
+    );
+    assert!(spread > one_used + slack, "the spread fill cost nothing");
+    let all: Vec<usize> = (0..PAGES).collect();
+    check_survivors(&zram, &all);
+}

@@ -15,12 +15,13 @@
 //! its capacity, so two objects of a class hold equal capacities exactly when every read of
 //! them is equal (what folding and deduplication compare); it marks the object written
 //! (never-written objects are never folded) and refuses a shared object, which is
-//! read-only. A `free` is `free_shared` (`share.rs`): the object goes with its last handle,
+//! read-only (but writes a merged one, whose anchor is in its class's home shard, where its
+//! one handle leads: `merge.rs`). A `free` is `free_shared` (`share.rs`): the object goes with its last handle,
 //! and a zspage it empties gives its pages back at once, after the lock is released.
 
 use crate::class::ClassGeometry;
 use crate::error::{Error, Result};
-use crate::handle::{Flags, Handle, Location};
+use crate::handle::{Flags, Handle, Location, Slot};
 use crate::pool::{Pool, check_size};
 use crate::shard::{ClassShard, Resolved, ShardGuard, ShardInner, Target};
 use crate::zspage::{ZsPage, set_header};
@@ -161,19 +162,38 @@ impl Pool {
         let geom = shard.geom;
         check_len(&geom, data.len())?;
         let mut inner = shard.inner.lock();
-        match inner.resolve(pos, entry, generation) {
-            None => Err(Error::StaleHandle(handle)),
-            Some(Resolved::Alias { .. } | Resolved::Remote(_)) => Err(Error::Shared(handle)),
-            Some(Resolved::Direct(loc, flags)) => {
-                if flags.has(Flags::INDEXED) {
-                    // Its bytes change: out of the content index first, by its old hash.
-                    inner.unindex(&geom, entry);
+        let (owner, loc, flags) = match inner.resolve(pos, entry, generation) {
+            None => return Err(Error::StaleHandle(handle)),
+            Some(Resolved::Alias { .. }) => return Err(Error::Shared(handle)),
+            Some(Resolved::Direct(loc, flags)) => (entry, loc, flags),
+            Some(Resolved::Remote(anchor)) => {
+                // A moved object (`merge.rs`) is written where its anchor is, while no
+                // other handle names it; any other remote alias's object is shared.
+                drop(inner);
+                let home = self
+                    .shards
+                    .get(anchor.shard)
+                    .ok_or(Error::StaleHandle(handle))?;
+                inner = home.inner.lock();
+                let loc = inner
+                    .anchor_location(anchor.entry)
+                    .ok_or(Error::StaleHandle(handle))?;
+                if !inner.anchor_mut(anchor.entry).moved {
+                    return Err(Error::Shared(handle));
                 }
-                inner.store_object(&geom, loc, data);
-                inner.handles.set_flag(entry, Flags::WRITTEN, foldable);
-                Ok(())
+                let Slot::Located(_, flags) = inner.handles.slot(anchor.entry) else {
+                    unreachable!("a live anchor is located")
+                };
+                (anchor.entry, loc, flags)
             }
+        };
+        if flags.has(Flags::INDEXED) {
+            // Its bytes change: out of the content index first, by its old hash.
+            inner.unindex(&geom, owner);
         }
+        inner.store_object(&geom, loc, data);
+        inner.handles.set_flag(owner, Flags::WRITTEN, foldable);
+        Ok(())
     }
 
     /// Lends the object's first `len` bytes to `f` (`zs_obj_read_begin`/`_end`). Zspages are

@@ -1,7 +1,8 @@
 //! Compaction (the kernel's `zs_compact`): per class shard, from the largest class down,
 //! objects move out of the emptiest zspages into the fullest ones (`migrate_zspage`), and
 //! emptied zspages go back to the OS; then, beyond the kernel, each partly used zspage that
-//! would fit in fewer pages is moved into a *short* zspage of just enough pages.
+//! would fit in fewer pages is moved into a *short* zspage of just enough pages; and a
+//! sharded class's other shards merge into its home shard (`merge.rs`).
 //!
 //! Objects need not carry their handle (`Header::Omitted`), so compaction finds the objects
 //! of a zspage through an [`ObjectIndex`]: one pass over the shard's handle table threads
@@ -25,21 +26,41 @@ use crate::zspage::{GROUP_EMPTY, GROUP_FULL, ZsPage};
 impl Pool {
     /// Compacts every class, from the largest down, moving objects out of the emptiest
     /// zspages into the fullest ones, then moving each partly used zspage that would fit in
-    /// fewer pages into a short zspage; returns the pages given back to the OS.
+    /// fewer pages into a short zspage; a sharded class's other shards then merge their
+    /// partly used zspages into its home shard (`merge.rs`). Returns the pages given back
+    /// to the OS.
     pub fn compact(&self) -> usize {
-        let freed: usize = self
-            .shards
-            .iter()
+        let freed: isize = (0..self.table.classes().len())
             .rev()
-            .map(|shard| self.compact_shard(shard))
+            .map(|class_pos| {
+                let shards = self.shards.slice(self.shards.class_range(class_pos));
+                if let [shard] = shards {
+                    return self.compact_shard(shard) as isize;
+                }
+                // Pack each shard; merge the others' partly used zspages into the home shard
+                // (before shortening, so that nothing moves into a short zspage); then pack
+                // the home shard again and shorten what is left partly used.
+                let packed: usize = shards.iter().rev().map(|s| self.pack_shard(s)).sum();
+                let merged = self.merge_class(class_pos);
+                let shortened: usize = shards.iter().rev().map(|s| self.compact_shard(s)).sum();
+                (packed + shortened) as isize + merged
+            })
             .sum();
+        let freed = freed.max(0) as usize;
         self.pages_compacted
             .fetch_add(freed as u64, Ordering::Relaxed);
         freed
     }
 
-    /// Compacts one class shard (the kernel's `__zs_compact`); returns the pages freed.
+    /// Compacts one class shard (the kernel's `__zs_compact`, then shortening); returns the
+    /// pages freed.
     pub(crate) fn compact_shard(&self, shard: &ClassShard) -> usize {
+        self.pack_shard(shard) + self.shorten_partial(shard)
+    }
+
+    /// Moves objects out of the emptiest zspages of a class shard into the fullest ones until
+    /// at most one is partly used; returns the pages freed.
+    fn pack_shard(&self, shard: &ClassShard) -> usize {
         let geom = shard.geom;
         let mut freed = 0;
         // Each step empties a zspage or fills one; bound the steps so that threads freeing
@@ -98,7 +119,7 @@ impl Pool {
                 freed += self.release(run);
             }
         }
-        freed + self.shorten_partial(shard)
+        freed
     }
 
     /// Beyond the kernel: once a class cannot free a whole zspage any more, each of its

@@ -326,12 +326,18 @@ impl Folder<'_> {
         self.copy.clear();
         self.copy.extend_from_slice(bytes);
         if anchor {
-            // Its bytes stay as they are while it lives: known for later comparisons.
+            // Its bytes stay as they are while it lives: known for later comparisons. (Not
+            // a moved object's, which its one handle may still write: `merge.rs`.)
+            let moved = inner
+                .sharing
+                .anchors
+                .get(&candidate.entry)
+                .is_some_and(|a| a.moved);
             if !keepers
                 .iter()
                 .any(|k| k.bytes.as_deref() == Some(&self.copy[..]))
             {
-                keep(keepers, Some(self.copy.as_slice().into()));
+                keep(keepers, (!moved).then(|| self.copy.as_slice().into()));
             }
             return;
         }
@@ -438,7 +444,7 @@ fn fold_local(
             entry: anchor,
         }),
     );
-    inner.anchor_mut(anchor).refs += 1;
+    inner.add_ref(anchor);
     inner.epoch += 1;
     Some(inner.release_object(geom, loc))
 }
@@ -484,7 +490,7 @@ fn reserve(
     };
     (keeper.entry, keeper.generation) = (anchor, inner.handles.generation(anchor));
     keeper.bytes.get_or_insert_with(|| bytes.into());
-    inner.anchor_mut(anchor).refs += 1;
+    inner.add_ref(anchor);
     if indexed
         && let Slot::Located(loc, flags) = inner.handles.slot(anchor)
         && !flags.has(Flags::INDEXED)

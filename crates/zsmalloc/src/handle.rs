@@ -10,9 +10,10 @@
 //!
 //! - `magic` is [`HANDLE_MAGIC`], so zero or a small integer is never a valid handle;
 //! - `shard` is the position in the pool of the class shard (size class × shard) whose table
-//!   holds the handle's entry: the object's shard, which it never leaves (compaction moves
-//!   it within), or for a handle to a shared object maybe another shard of its class, whose
-//!   entry names the object's anchor (see below);
+//!   holds the handle's entry: the object's shard (compaction moves it within), or for a
+//!   handle to a shared object, or to one a merge moved to its class's home shard
+//!   (`merge.rs`), maybe another shard of its class, whose entry names the object's anchor
+//!   (see below);
 //! - `entry` indexes the shard's [`HandleTable`]; `generation` is the entry's generation when
 //!   the handle was issued: freeing bumps it, so a stale or double-freed handle is detected.
 //!   Freed entries are reused oldest first, so a stale handle could only come back to life

@@ -15,7 +15,8 @@
 //! own places, and with the kernel's layout a shared object's header names its anchor;
 //! every alias names a shard of its own class and a live anchor there (its own shard's or
 //! another's); an entry is an anchor exactly when it has a reference count, which equals
-//! the number of aliases naming it from every shard and is at least 1; every content-index
+//! the number of aliases naming it from every shard and is at least 1 (exactly 1 for a
+//! moved object's anchor, `merge.rs`); every content-index
 //! value is a live located entry of its shard flagged `INDEXED`, and written, whose
 //! capacity bytes hash to its key now, and every `INDEXED` entry is one.
 //!
@@ -254,6 +255,12 @@ fn check_sharing(
             entry: anchor,
         };
         let naming = aliases.get(&named).copied().unwrap_or(0);
+        if count.moved && count.refs != 1 {
+            return Err(format!(
+                "class {class}: moved anchor {anchor} of shard {pos} counts {} references",
+                count.refs
+            ));
+        }
         if count.refs != naming || naming == 0 {
             return Err(format!(
                 "class {class}: anchor {anchor} of shard {pos} counts {} references but {naming} \

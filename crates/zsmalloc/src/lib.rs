@@ -42,6 +42,7 @@ mod alloc;
 mod compact;
 pub mod fold;
 mod invariants;
+mod merge;
 pub mod pool;
 mod share;
 pub mod stats;

@@ -9,6 +9,8 @@
 //! - `alloc`: `malloc`, `write`, `read`, `with_object`, `free` (`zs_malloc`/`obj_malloc`,
 //!   `zs_obj_write`, `zs_obj_read_begin`, `zs_free`/`obj_free`);
 //! - `compact`: `compact`, shortening, the object index and `migrate_zspage`;
+//! - `merge`: moving the objects of a sharded class's partly used zspages into its home
+//!   shard, during `compact`;
 //! - `sharing`, `share`, `fold`: shared objects (several handles, one object), inline
 //!   deduplication and folding (seed 004): a shard's anchors and content index, and the
 //!   operations on them;
@@ -25,7 +27,9 @@
 //!    class): they take the shards' locks one after the other, the alias's first, and
 //!    keep the anchor alive in between by a reference (see `share.rs` and `fold.rs`).
 //!    Object copies (at most 4 KiB) happen under it; compaction and folding take it per
-//!    batch of steps and let go in between.
+//!    batch of steps and let go in between. The one exception: merging (`merge.rs`) holds
+//!    another shard's lock and then its class's home shard's (the first), never the other
+//!    way round; since every other operation holds one, no cycle of waits can form.
 //! 2. the page-source lock (`sys::PageSource`) — a leaf, never held while taking another.
 //!    Zspage pages are obtained and given back without the class-shard lock held.
 //!
@@ -38,9 +42,9 @@
 //!
 //! Beyond the kernel, with the default [`Locking::Sharded`](crate::Locking), each size class
 //! is split into up to 16 *shards* (`PoolConfig::shards`, one per CPU by default), each with its own lock, zspages and handle table; an object
-//! stays in its shard for life. A class uses its first shard until threads contend for it,
+//! stays in its shard until compaction merges it into its class's home shard. A class uses its first shard until threads contend for it,
 //! then each thread its own (see `shard.rs`), so a class one thread uses packs exactly as
-//! the kernel's. Sharing, deduplication and folding work across the shards of a class.
+//! the kernel's; compaction merges the other shards' partly used zspages back (`merge`). Sharing, deduplication and folding work across the shards of a class.
 //!
 //! The kernel also has a per-zspage lock so that a mapped object can be read without the
 //! class lock; here an object is only borrowed for the span of a closure

@@ -14,14 +14,20 @@
 //!
 //! Beyond the kernel, each size class can be split into up to [`MAX_SHARDS_PER_CLASS`]
 //! shards (one per CPU by default), each with its own lock, zspages and handle table; an
-//! object stays in its shard for life (its anchor, or its one handle, names it; handles
-//! to a shared object may live in other shards of its class: `share.rs`). A class starts on its first
+//! object stays in its shard until a merge moves it to the home shard (its anchor, or its
+//! one handle, names it; handles to a shared or merged object may live in other shards of
+//! its class: `share.rs`, `merge.rs`). A class starts on its first
 //! shard; the first time a `malloc` finds that shard's lock held by another thread, the
 //! class becomes *sharded* and from then on each thread allocates in its own shard (threads
 //! are numbered in order of first use). Threads contending for a class thus stop sharing a
 //! lock, a cache line or a zspage, which is what lets the pool scale; classes nobody
-//! contends for stay on one shard and pack exactly as the kernel's. The cost is at most one
-//! partly used zspage per sharded class per extra shard.
+//! contends for stay on one shard and pack exactly as the kernel's. The cost, at most one
+//! partly used zspage per sharded class per extra shard, lasts until the next compaction:
+//! `Pool::compact` (the device's `compact`, and its automatic compaction once the pool
+//! stops growing) merges the other shards' partly used zspages into the class's first
+//! shard, the *home* shard, and marks the class unsharded again (`merge.rs`). A merged
+//! object leaves its entry behind as an alias of an anchor in the home shard, so its
+//! handle still names the shard it was made in.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -439,6 +445,12 @@ impl Shards {
     #[inline]
     pub fn is_sharded(&self, class_pos: usize) -> bool {
         self.per_class > 1 && self.sharded[class_pos].load(Ordering::Relaxed)
+    }
+
+    /// Marks class `class_pos` unsharded again (after a merge: `merge.rs`), so `malloc`
+    /// uses its first shard until threads contend for it anew.
+    pub fn unshard(&self, class_pos: usize) {
+        self.sharded[class_pos].store(false, Ordering::Relaxed);
     }
 
     /// Picks and locks the shard a `malloc` in class `class_pos` uses: the first shard until

@@ -85,7 +85,14 @@ impl ShardInner {
                 entry: anchor,
             }),
         );
-        self.sharing.anchors.insert(anchor, Anchor { refs: 1, id });
+        self.sharing.anchors.insert(
+            anchor,
+            Anchor {
+                refs: 1,
+                id,
+                moved: false,
+            },
+        );
         if flags.has(Flags::INDEXED) {
             self.reindex(geom, loc, entry, anchor);
         }
@@ -116,8 +123,16 @@ impl ShardInner {
         };
         // An alias locates nothing: compaction's object index (`epoch`) is not affected.
         let issued = self.handles.alloc_slot(Slot::Alias(here))?;
-        self.anchor_mut(anchor).refs += 1;
+        self.add_ref(anchor);
         Some(issued)
+    }
+
+    /// One more reference to the live anchor `anchor`: its object is shared from now on
+    /// (also a moved one, whose one alias could write it so far).
+    pub fn add_ref(&mut self, anchor: u32) {
+        let count = self.anchor_mut(anchor);
+        count.refs += 1;
+        count.moved = false;
     }
 
     /// The bookkeeping of a live anchor.

@@ -5,9 +5,10 @@
 //! Representation. Both are hash maps under the class-shard lock, in [`Sharing`]:
 //!
 //! - `anchors`: anchor entry → [`Anchor`]: how many aliases name the anchor, from any shard
-//!   of the class (at least 1: the anchor goes with its last alias) and the object's id for `Pool::object_id` (the raw
+//!   of the class (at least 1: the anchor goes with its last alias), the object's id for `Pool::object_id` (the raw
 //!   handle that located the object before it was shared, so the id is the same for the
-//!   object's whole life);
+//!   object's whole life), and whether it is a *moved* object's (merged from another
+//!   shard, `merge.rs`: not shared, its one alias may write it);
 //! - `index`: content hash → the located entry (a direct handle's or an anchor) of a written
 //!   object whose capacity bytes hash to it. An entry is in the index exactly when its
 //!   `INDEXED` flag is set, so each object is in it at most once and each hash names one
@@ -30,6 +31,9 @@ pub(crate) struct Anchor {
     pub refs: u32,
     /// The object's id (`Pool::object_id`).
     pub id: u64,
+    /// The object moved here from another shard of its class (`merge.rs`) and no handle
+    /// was added to it since: its one alias owns it alone and may still `write` it.
+    pub moved: bool,
 }
 
 /// A class shard's anchors and content index.

@@ -242,15 +242,18 @@ impl Pool {
 
     /// Pages `compact` could give back right now, about: per class shard, the larger of
     /// what the kernel's compaction frees and what shortening would (both count the same
-    /// free room, so their sum would count it twice).
+    /// free room, so their sum would count it twice); plus what merging the shards of each
+    /// class would (`merge.rs`, counted after shortening).
     pub fn compactable_pages(&self) -> usize {
-        self.shards
+        let per_shard: usize = self
+            .shards
             .iter()
             .map(|shard| {
                 let inner = shard.inner.lock();
                 freeable(&shard.geom, &inner).max(shortenable(&shard.geom, &inner))
             })
-            .sum()
+            .sum();
+        per_shard + self.mergeable_pages()
     }
 }
 

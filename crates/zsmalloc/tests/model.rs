@@ -9,6 +9,8 @@
 //! handle table alone).
 //!
 //! And in each locking mode (`PoolConfig::locking`): sharded (the default), class and pool.
+//! With three shards, mallocs go to the shards in turn (as threads contending for every
+//! class would put them), so compaction also merges the shards (`merge.rs`).
 
 use std::collections::HashMap;
 
@@ -16,7 +18,7 @@ use proptest::prelude::*;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use zsmalloc::{Error, Handle, Locking, Pool, PoolConfig};
+use zsmalloc::{Error, Handle, Locking, Pool, PoolConfig, pin_malloc_shard};
 
 /// How a malloc size is chosen; `NearHuge` is relative to the pool's `huge_class_size`.
 #[derive(Debug, Clone, Copy)]
@@ -118,6 +120,9 @@ struct Harness {
     model: HashMap<Handle, Vec<u8>>,
     live: Vec<Handle>,
     stale: Vec<Handle>,
+    /// Shards per class, and mallocs so far (they go to the shards in turn).
+    shards: usize,
+    mallocs: usize,
 }
 
 impl Harness {
@@ -132,6 +137,8 @@ impl Harness {
             model: HashMap::new(),
             live: Vec::new(),
             stale: Vec::new(),
+            shards,
+            mallocs: 0,
         }
     }
 
@@ -140,10 +147,11 @@ impl Harness {
     }
 
     fn malloc(&mut self, size: usize) -> Result<(), TestCaseError> {
-        let h = self
-            .pool
-            .malloc(size)
-            .map_err(|e| fail(format!("malloc({size}): {e}")))?;
+        pin_malloc_shard((self.shards > 1).then_some(self.mallocs % self.shards));
+        self.mallocs += 1;
+        let h = self.pool.malloc(size);
+        pin_malloc_shard(None);
+        let h = h.map_err(|e| fail(format!("malloc({size}): {e}")))?;
         prop_assert!(!self.model.contains_key(&h), "handle {h} issued twice");
         let cap = self.pool.capacity(h).unwrap();
         prop_assert!(cap >= size, "capacity {cap} < size {size}");

@@ -447,18 +447,28 @@ fn cross_shard_scenario_with(config: PoolConfig) {
         (d0, &d),
     ];
     check_live(&pool, &live);
-    // Once more without racing: one object per content is left.
+    // Once more without racing: one object per content is left — but for A, whose copies
+    // a2 and a3 (shard 1's direct objects) the racing compaction may have merged into shard
+    // 0 before the racing fold reached them: a merged object is an anchor, which fold keeps
+    // and never folds into another (docs/design.md).
     pool.fold();
     pool.check_invariants().unwrap();
-    let contents: std::collections::HashSet<&Vec<u8>> = live.iter().map(|&(_, d)| d).collect();
-    assert_eq!(pool.stats().obj_used, contents.len());
+    let mut ids: std::collections::HashMap<u64, &Vec<u8>> = std::collections::HashMap::new();
     for &(h, data) in &live {
         check(&pool, h, data);
-        for &(other, other_data) in &live {
-            let same = pool.object_id(h).unwrap() == pool.object_id(other).unwrap();
-            assert_eq!(same, data == other_data);
-        }
+        // One object, one content.
+        let content = *ids.entry(pool.object_id(h).unwrap()).or_insert(data);
+        assert_eq!(content, data);
     }
+    assert_eq!(pool.stats().obj_used, ids.len());
+    for content in [&b, &d, a2_content] {
+        let objects = ids.values().filter(|&&c| c == content).count();
+        assert!(
+            objects == 1 || content == &a,
+            "{objects} objects hold one content"
+        );
+    }
+    assert!(ids.values().filter(|&&c| c == &a).count() <= 3);
     free_all_shared(&pool, live.map(|(h, _)| h));
 }
 

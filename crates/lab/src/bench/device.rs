@@ -1,6 +1,8 @@
 //! `zramd bench --input FILE`: a file written through a device page by page, read back and
 //! verified, on zramd and — when root and the kernel offers the algorithm — on a hot-added
-//! kernel zram device with direct I/O and the same number of streams, side by side.
+//! kernel zram device with direct I/O and the same number of streams, side by side; with a
+//! list of stream counts (`--threads 1,2,4`), each count in turn and then the scaling curve
+//! as a table, one row per count.
 
 use std::os::unix::fs::FileExt as _;
 use std::path::PathBuf;
@@ -26,9 +28,10 @@ pub struct Args {
     /// side is always zsmalloc.
     #[arg(long, value_enum, default_value_t = zram::Allocator::Zsmalloc)]
     allocator: zram::Allocator,
-    /// Streams (threads) writing and reading at once.
-    #[arg(long, default_value_t = 1)]
-    threads: usize,
+    /// Streams (threads) writing and reading at once; a comma-separated list (`1,2,4,8,16`)
+    /// measures each count in turn and prints the scaling curve, one row per count.
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    threads: Vec<usize>,
     /// Runs of each side, alternating zramd and kernel; the median speeds are reported.
     #[arg(long, default_value_t = 3)]
     repeat: usize,
@@ -45,17 +48,17 @@ pub struct Run {
 }
 
 #[derive(Debug, Serialize)]
-struct Report {
-    zramd: Run,
-    kernel: Option<Run>,
+struct Report<'a> {
+    zramd: &'a Run,
+    kernel: Option<&'a Run>,
 }
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
     let Some(input) = &args.input else {
         bail!("bench needs --input FILE (or a subcommand: pool)");
     };
-    if args.threads == 0 {
-        bail!("--threads must be at least 1");
+    if args.threads.is_empty() || args.threads.contains(&0) {
+        bail!("--threads must be at least 1 (or a list of such counts: 1,2,4)");
     }
     let raw = std::fs::read(input).with_context(|| format!("read {}", input.display()))?;
     if raw.is_empty() {
@@ -75,33 +78,43 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             false
         }
     };
-    let mut our_runs = Vec::new();
-    let mut kernel_runs = Vec::new();
     let sides = if kernel_ok { 2 } else { 1 };
-    let bar = crate::progress::bar("bench", args.repeat.max(1) as u64 * sides);
-    for _ in 0..args.repeat.max(1) {
-        crate::progress::doing("zramd");
-        our_runs.push(run_zramd(args, data.bytes())?);
-        if kernel_ok {
-            crate::progress::tick("kernel zram");
-            kernel_runs.push(run_kernel(args, data.bytes())?);
+    let runs = args.repeat.max(1) * args.threads.len();
+    let bar = crate::progress::bar("bench", runs as u64 * sides);
+    let mut points = Vec::new();
+    for &threads in &args.threads {
+        let mut our_runs = Vec::new();
+        let mut kernel_runs = Vec::new();
+        for _ in 0..args.repeat.max(1) {
+            crate::progress::doing(&format!("zramd, {threads} thread(s)"));
+            our_runs.push(run_zramd(args, threads, data.bytes())?);
+            if kernel_ok {
+                crate::progress::tick(&format!("kernel zram, {threads} thread(s)"));
+                kernel_runs.push(run_kernel(args, threads, data.bytes())?);
+            }
+            crate::progress::tick("");
         }
-        crate::progress::tick("");
+        points.push(Point {
+            threads,
+            zramd: median(our_runs),
+            kernel: (!kernel_runs.is_empty()).then(|| median(kernel_runs)),
+        });
     }
     drop(bar);
-    let ours = median(our_runs);
-    let kernel = (!kernel_runs.is_empty()).then(|| median(kernel_runs));
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string(&Report {
-                zramd: ours,
-                kernel
-            })?
-        );
+        let json = match points.as_slice() {
+            // One count: the report as it always was.
+            [one] => serde_json::to_string(&Report {
+                zramd: &one.zramd,
+                kernel: one.kernel.as_ref(),
+            })?,
+            _ => serde_json::to_string(&points)?,
+        };
+        println!("{json}");
         return Ok(());
     }
     let mb = data.bytes().len() as f64 / 1e6;
+    let counts: Vec<String> = args.threads.iter().map(usize::to_string).collect();
     println!(
         "input {} ({:.1} MB), {}, {} (chain {}), {} stream(s), median of {} runs each",
         input.display(),
@@ -109,21 +122,82 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         args.device.algorithm,
         args.allocator,
         args.device.pool.chain_size,
-        args.threads,
+        counts.join(","),
         args.repeat.max(1)
     );
-    print_run("zramd ", &ours);
-    if let Some(k) = &kernel {
-        print_run("kernel", k);
-        println!(
-            "zramd/kernel: write {:.2}x, read {:.2}x, mem_used_total {:.3}x, compr_data_size {:.3}x",
-            ours.write_mb_s / k.write_mb_s,
-            ours.read_mb_s / k.read_mb_s,
-            ours.mm_stat[2] as f64 / k.mm_stat[2] as f64,
-            ours.mm_stat[1] as f64 / k.mm_stat[1] as f64
-        );
+    for p in &points {
+        let label = |side: &str| {
+            if points.len() > 1 {
+                format!("{side} {:2}t", p.threads)
+            } else {
+                side.to_owned()
+            }
+        };
+        print_run(&label("zramd "), &p.zramd);
+        if let Some(k) = &p.kernel {
+            print_run(&label("kernel"), k);
+            println!(
+                "zramd/kernel: write {:.2}x, read {:.2}x, mem_used_total {:.3}x, compr_data_size {:.3}x",
+                p.zramd.write_mb_s / k.write_mb_s,
+                p.zramd.read_mb_s / k.read_mb_s,
+                p.zramd.mm_stat[2] as f64 / k.mm_stat[2] as f64,
+                p.zramd.mm_stat[1] as f64 / k.mm_stat[1] as f64
+            );
+        }
+    }
+    if points.len() > 1 {
+        print!("{}", curve(&points));
     }
     Ok(())
+}
+
+/// One thread count's figures: the median runs of each side.
+#[derive(Debug, Serialize)]
+struct Point {
+    threads: usize,
+    zramd: Run,
+    kernel: Option<Run>,
+}
+
+/// The scaling curve: one row per thread count, zramd beside the kernel.
+fn curve(points: &[Point]) -> String {
+    let mut out = format!(
+        "{:>7} {:>10} {:>10} {:>6} {:>10} {:>10} {:>6} {:>14} {:>14} {:>7}\n",
+        "threads",
+        "zramd w",
+        "kernel w",
+        "w x",
+        "zramd r",
+        "kernel r",
+        "r x",
+        "zramd mem_used",
+        "kernel mem_used",
+        "mem x"
+    );
+    for p in points {
+        let z = &p.zramd;
+        let (kw, kr, km) = p.kernel.as_ref().map_or((None, None, None), |k| {
+            (Some(k.write_mb_s), Some(k.read_mb_s), Some(k.mm_stat[2]))
+        });
+        let num = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"));
+        let ratio = |ours: f64, theirs: Option<f64>| {
+            theirs.map_or_else(|| "-".to_owned(), |t| format!("{:.3}x", ours / t))
+        };
+        out.push_str(&format!(
+            "{:>7} {:>10.1} {:>10} {:>6} {:>10.1} {:>10} {:>6} {:>14} {:>14} {:>7}\n",
+            p.threads,
+            z.write_mb_s,
+            num(kw),
+            ratio(z.write_mb_s, kw),
+            z.read_mb_s,
+            num(kr),
+            ratio(z.read_mb_s, kr),
+            z.mm_stat[2],
+            km.map_or_else(|| "-".to_owned(), |m| m.to_string()),
+            ratio(z.mm_stat[2] as f64, km.map(|m| m as f64)),
+        ));
+    }
+    out
 }
 
 /// The median write and read speeds of several runs (the figures of the last run).
@@ -186,7 +260,7 @@ fn timed(
     Ok(start.elapsed().as_secs_f64())
 }
 
-fn run_zramd(args: &Args, data: &[u8]) -> anyhow::Result<Run> {
+fn run_zramd(args: &Args, threads: usize, data: &[u8]) -> anyhow::Result<Run> {
     let pages = data.len() / PAGE;
     let mut config = ZramConfig {
         disksize: data.len() as u64,
@@ -194,13 +268,13 @@ fn run_zramd(args: &Args, data: &[u8]) -> anyhow::Result<Run> {
     };
     config.pool.allocator = args.allocator;
     let dev = Zram::new(config)?;
-    let write = timed(pages, args.threads, |r| {
+    let write = timed(pages, threads, |r| {
         for p in r {
             dev.write((p * PAGE) as u64, &data[p * PAGE..(p + 1) * PAGE])?;
         }
         Ok(())
     })?;
-    let read = timed(pages, args.threads, |r| {
+    let read = timed(pages, threads, |r| {
         let mut buf = vec![0u8; PAGE];
         for p in r {
             dev.read((p * PAGE) as u64, &mut buf)?;
@@ -218,21 +292,21 @@ fn run_zramd(args: &Args, data: &[u8]) -> anyhow::Result<Run> {
     })
 }
 
-fn run_kernel(args: &Args, data: &[u8]) -> anyhow::Result<Run> {
+fn run_kernel(args: &Args, threads: usize, data: &[u8]) -> anyhow::Result<Run> {
     let pages = data.len() / PAGE;
     let dev = KernelZram::with(args.device.algorithm.name(), data.len() as u64)?;
     let open = || {
         dev.open_direct()
             .with_context(|| format!("open {} with O_DIRECT", dev.dev_path().display()))
     };
-    let write = timed(pages, args.threads, |r| {
+    let write = timed(pages, threads, |r| {
         let f = open()?;
         for p in r {
             f.write_all_at(&data[p * PAGE..(p + 1) * PAGE], (p * PAGE) as u64)?;
         }
         Ok(())
     })?;
-    let read = timed(pages, args.threads, |r| {
+    let read = timed(pages, threads, |r| {
         let f = open()?;
         let mut buf = AlignedBuf::zeroed(PAGE);
         for p in r {
