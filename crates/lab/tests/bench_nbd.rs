@@ -1,5 +1,6 @@
-//! `zramd-lab bench nbd` once on a small input: every server has a row with finite speeds and
-//! the temporary folder is gone afterwards; a client tool that fails (a stand-in `nbdcopy`
+//! `zramd-lab bench nbd` once on a small input: every server has a row with finite speeds, the
+//! library path's write speed is there too, and the temporary folder is gone afterwards; a
+//! client tool that fails (a stand-in `nbdcopy`
 //! found first on PATH, exiting 3) is named in the error with its exit status and stderr, the
 //! bench exits non-zero, and the folder is gone too. Structure only: no speed is asserted.
 
@@ -72,8 +73,13 @@ fn bench_nbd_reports_every_server_and_leaves_no_folder() {
         String::from_utf8_lossy(&out.stderr),
     );
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    let rows: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON array");
-    let rows = rows.as_array().expect("an array");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON object");
+    let library = report["library_write_mb_s"].as_f64().unwrap_or(f64::NAN);
+    assert!(
+        library.is_finite() && library > 0.0,
+        "library path: {stdout}"
+    );
+    let rows = report["servers"].as_array().expect("a servers array");
     assert_eq!(rows.len(), 7, "{stdout}");
     for row in rows {
         for key in ["write_mb_s", "read_mb_s"] {
