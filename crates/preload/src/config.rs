@@ -120,6 +120,9 @@ impl Settings {
             },
             fail: self.fail,
             readahead: self.readahead,
+            // A program's heap is touched by system calls (`read(2)` into a buffer) and by
+            // `malloc` itself: only handler threads can serve those faults.
+            faults: uswap::FaultMode::Handlers,
             ..Default::default()
         }
     }

@@ -89,6 +89,15 @@ pub(crate) fn run(shared: Arc<Shared>) {
         {
             let mut t = shared.table.lock();
             if t.resident() <= shared.budget || backing_off(&shared) {
+                if shared.stale.lock().len() >= EVICT_BATCH {
+                    // Faulting threads left a batch of slots to free: a round of nothing.
+                    drop(t);
+                    if let Err(e) = evict(&shared, 0) {
+                        shared.fail(e);
+                        return;
+                    }
+                    continue;
+                }
                 shared.evict_wanted.wait_for(&mut t, BACKOFF);
                 continue;
             }
@@ -117,8 +126,25 @@ pub(crate) fn run(shared: Arc<Shared>) {
 /// Every run of the round is write-protected, copied and stored first; then the stored
 /// pages of all runs leave the mapping together (one TLB shootdown for the round where the
 /// kernel batches them, rather than one per scattered page), and only then do they settle.
+///
+/// A round first frees the slots of pages faulting threads read back ([`Shared::stale`]),
+/// taken under the table lock together with the pages to evict: a page settles resident
+/// only after its stale slot was queued, so a page this round stores has its old slot freed
+/// before, never after (which would discard the new copy); rounds do not overlap.
 pub(crate) fn evict(shared: &Shared, n: usize) -> Result<Round, String> {
-    let mut pages = shared.table.lock().take_oldest(n);
+    let _serial = shared.evicting.lock();
+    let (mut pages, stale) = {
+        let mut t = shared.table.lock();
+        // A fresh list with room, so that faulting threads rarely grow it.
+        let stale = std::mem::replace(
+            &mut *shared.stale.lock(),
+            Vec::with_capacity(2 * EVICT_BATCH),
+        );
+        (t.take_oldest(n), stale)
+    };
+    for &page in &stale {
+        crate::handler::free_slot(shared, page)?;
+    }
     let mut round = Round::default();
     if pages.is_empty() {
         return Ok(round);

@@ -4,6 +4,11 @@
 //! first write); the faulting thread is woken as soon as its page is in, and the same round
 //! then reads ahead the window's evicted pages while the program runs on. A write-protect
 //! fault is a writer that met an eviction: it is released once the eviction has settled.
+//!
+//! With [`crate::FaultMode::InThread`] the same service runs in the faulting thread itself,
+//! called by the crate's SIGBUS handler ([`sys::InThread`]): no handler thread reads the
+//! descriptor, the fill has no one to wake, and readahead is done by the faulting thread
+//! before it resumes, as the kernel's swap-in reads a zram window in the faulting task.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -13,7 +18,7 @@ use parking_lot::MutexGuard;
 
 use crate::config::FailPoint;
 use crate::evict;
-use crate::shared::Shared;
+use crate::shared::{EVICT_BATCH, Shared};
 use crate::stats::Counters;
 use crate::sys::{self, Fault, Fill, MAX_BATCH, PAGE_SIZE};
 use crate::table::Page;
@@ -29,8 +34,12 @@ const FILL_RETRIES: usize = 100;
 
 /// Runs one handler thread until the region stops or fails; a panic fails the region.
 pub(crate) fn run(shared: Arc<Shared>) {
-    let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| serve_loop(&shared)));
-    match outcome {
+    guarded(&shared, || serve_loop(&shared));
+}
+
+/// Runs `f`, failing the region if it fails or panics (the panic goes no further).
+fn guarded(shared: &Shared, f: impl FnOnce() -> Result<(), String>) {
+    match std::panic::catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => {}
         Ok(Err(e)) => shared.fail(e),
         Err(panic) => {
@@ -41,6 +50,33 @@ pub(crate) fn run(shared: Arc<Shared>) {
                 .unwrap_or_else(|| "unknown panic".into());
             shared.fail(format!("fault handler panicked: {what}"));
         }
+    }
+}
+
+/// A fault served in the faulting thread (SIGBUS from the region's userfaultfd). A failure
+/// tears the region down as a handler thread's would: the retried access then meets the
+/// inaccessible mapping and the thread gets SIGSEGV.
+impl sys::InThread for Shared {
+    fn serve(&self, address: usize, access: sys::Access) -> bool {
+        let Some(page) = self.page_of(address as u64) else {
+            return false;
+        };
+        guarded(self, || {
+            // Where the CPU does not say, a present page means a write-protect fault, and
+            // a missing one is taken as a write (a zeroed page rather than the zero page).
+            let wp = match access.present {
+                Some(present) => present,
+                None => present(self, page)?,
+            };
+            let fault = Fault {
+                address: address as u64,
+                write: access.write.unwrap_or(true),
+                wp,
+            };
+            let mut buf = [0u8; PAGE_SIZE];
+            serve(self, fault, &mut buf, &mut None)
+        });
+        true
     }
 }
 
@@ -175,7 +211,7 @@ fn serve(shared: &Shared, fault: Fault, buf: &mut [u8], turn: &mut Turn<'_>) -> 
                 Counters::add(&c.swap_ra_hit, used);
                 restore(shared, page, buf)?;
                 shared.latency.record(start.elapsed());
-                free_slot(shared, page)?;
+                release_slot(shared, page)?;
                 let mut resident = settle(shared, page, Page::Resident);
                 if !ahead.is_empty() {
                     *turn = None;
@@ -183,7 +219,7 @@ fn serve(shared: &Shared, fault: Fault, buf: &mut [u8], turn: &mut Turn<'_>) -> 
                 for p in ahead {
                     Counters::bump(&c.swap_ra);
                     restore(shared, p, buf)?;
-                    free_slot(shared, p)?;
+                    release_slot(shared, p)?;
                     resident = settle(shared, p, Page::ReadAhead);
                 }
                 evict::after_fill(shared, resident, || *turn = None);
@@ -243,9 +279,29 @@ fn restore(shared: &Shared, page: usize, buf: &mut [u8]) -> Result<(), String> {
     fill(shared, page, Some(buf))
 }
 
-/// Frees a restored page's slot: its stored copy would go stale at the next write. Done
-/// while the page is still busy, so no eviction can have stored it anew.
-fn free_slot(shared: &Shared, page: usize) -> Result<(), String> {
+/// Frees a restored page's slot, whose stored copy would go stale at the next write: at
+/// once in a handler thread (the program is already on its way), while the page is still
+/// busy, so no eviction can have stored it anew; in a faulting thread, by the next eviction
+/// round ([`Shared::stale`]; it is queued before the page settles, so a round that can take
+/// the page takes its stale slot too, and frees it first). The evictor is woken once a
+/// batch is waiting.
+fn release_slot(shared: &Shared, page: usize) -> Result<(), String> {
+    if !shared.in_thread {
+        return free_slot(shared, page);
+    }
+    let waiting = {
+        let mut stale = shared.stale.lock();
+        stale.push(page);
+        stale.len()
+    };
+    if waiting == EVICT_BATCH {
+        shared.evict_wanted.notify_one();
+    }
+    Ok(())
+}
+
+/// Frees page `page`'s device slot.
+pub(crate) fn free_slot(shared: &Shared, page: usize) -> Result<(), String> {
     let offset = (page * PAGE_SIZE) as u64;
     shared
         .zram

@@ -31,7 +31,7 @@ mod stats;
 pub mod sys;
 mod table;
 
-pub use config::{DEFAULT_HANDLERS, FailPoint, MIN_RESIDENT_PAGES, RegionConfig};
+pub use config::{DEFAULT_HANDLERS, FailPoint, FaultMode, MIN_RESIDENT_PAGES, RegionConfig};
 pub use error::{Error, Result};
 pub use program::ProgramFigures;
 pub use readahead::{Direction, PageState, Plan, ReadaheadConfig, ReadaheadStats, Window};

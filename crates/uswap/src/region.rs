@@ -6,14 +6,14 @@ use std::thread::JoinHandle;
 
 use zram::Zram;
 
-use crate::config::RegionConfig;
+use crate::config::{FaultMode, RegionConfig};
 use crate::error::{Error, Result};
 use crate::evict;
 use crate::handler;
 use crate::readahead::ReadaheadConfig;
 use crate::shared::{EVICT_BATCH, Shared};
 use crate::stats::RegionStats;
-use crate::sys::{Mapping, PAGE_SIZE, Span, Uffd};
+use crate::sys::{self, Mapping, PAGE_SIZE, Registration, Span, Uffd};
 use crate::table::{Page, Table};
 
 /// A memory region whose cold pages live compressed on a zram device.
@@ -37,6 +37,8 @@ use crate::table::{Page, Table};
 pub struct Region {
     // Declared first: dropped (threads joined) before the mapping is unmapped.
     threads: Vec<JoinHandle<()>>,
+    /// With [`FaultMode::InThread`]: the range the SIGBUS handler serves from `shared`.
+    in_thread: Option<Registration>,
     shared: Arc<Shared>,
     mapping: Mapping,
     range_len: usize,
@@ -59,7 +61,11 @@ impl Region {
         if pages > u32::MAX as usize {
             return Err(Error::Invalid(format!("{len} bytes is too large a region")));
         }
-        let uffd = Uffd::new().map_err(|e| Error::Unavailable(e.to_string()))?;
+        let uffd = match config.faults {
+            FaultMode::InThread => Uffd::with_sigbus(),
+            FaultMode::Handlers => Uffd::new(),
+        }
+        .map_err(|e| Error::Unavailable(e.to_string()))?;
         if !uffd.features().write_protect {
             return Err(Error::Unavailable(
                 "the kernel offers no write-protect faults on anonymous memory, which \
@@ -87,16 +93,28 @@ impl Region {
             table,
             config.budget_pages(),
             config.fail,
+            config.faults == FaultMode::InThread,
         ));
         let mut region = Self {
             threads: Vec::new(),
+            in_thread: None,
             shared,
             mapping,
             range_len,
         };
-        for i in 0..config.handlers.max(1) {
-            let s = Arc::clone(&region.shared);
-            region.spawn(format!("uswap-fault-{i}"), move || handler::run(s))?;
+        match config.faults {
+            FaultMode::InThread => {
+                let server: Arc<dyn sys::InThread> = Arc::clone(&region.shared) as _;
+                let reg = sys::serve_in_thread(region.mapping.addr(), region.mapping.len(), server)
+                    .map_err(|e| Error::Unavailable(format!("serving faults in-thread: {e}")))?;
+                region.in_thread = Some(reg);
+            }
+            FaultMode::Handlers => {
+                for i in 0..config.handlers.max(1) {
+                    let s = Arc::clone(&region.shared);
+                    region.spawn(format!("uswap-fault-{i}"), move || handler::run(s))?;
+                }
+            }
         }
         let s = Arc::clone(&region.shared);
         region.spawn("uswap-evict".into(), move || evict::run(s))?;
@@ -321,6 +339,9 @@ impl Drop for Region {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+        // No fault of this region is served any more (a touch from now on ends the process,
+        // as a touch of unmapped memory does).
+        self.in_thread = None;
         // A monitor may keep the mapping alive: nobody may touch it any more.
         if Arc::strong_count(&self.shared) > 1 {
             let _ = self.shared.pager.poison();

@@ -39,6 +39,16 @@ pub(crate) struct Shared {
     /// No eviction before this instant: the device refused the last one.
     pub backoff: Mutex<Option<Instant>>,
     pub fail: FailPoint,
+    /// Faults are served in the faulting thread ([`crate::FaultMode::InThread`]).
+    pub in_thread: bool,
+    /// Pages read back in a faulting thread whose device slots are still to be freed (by
+    /// the next eviction round, before it stores anything: see [`crate::evict::evict`]).
+    /// Freeing a slot can release a zspage, whose `MADV_DONTNEED` flushes the TLBs of
+    /// every CPU the process runs on: that stays off the faulting thread's path.
+    pub stale: Mutex<Vec<usize>>,
+    /// Held through an eviction round, so that rounds do not overlap: a round frees the
+    /// stale slots it took before any later round can store those pages anew.
+    pub evicting: Mutex<()>,
 }
 
 impl Shared {
@@ -49,6 +59,7 @@ impl Shared {
         table: Table,
         budget: usize,
         fail: FailPoint,
+        in_thread: bool,
     ) -> Self {
         Self {
             uffd,
@@ -66,6 +77,9 @@ impl Shared {
             reason: Mutex::new(None),
             backoff: Mutex::new(None),
             fail,
+            in_thread,
+            stale: Mutex::new(Vec::with_capacity(2 * EVICT_BATCH)),
+            evicting: Mutex::new(()),
         }
     }
 

@@ -1,6 +1,7 @@
 //! A failing handler never leaves a program waiting: when restoring a page fails (a failed
-//! `UFFDIO_COPY`) or a handler thread dies (panics), the region is torn down and the thread
-//! that touched it gets SIGSEGV. Each case runs in a child process (this test binary run
+//! `UFFDIO_COPY`) or the fault service panics (in a handler thread, or in the faulting
+//! thread's SIGBUS handler), the region is torn down and the thread that touched it gets
+//! SIGSEGV, in both fault modes. Each case runs in a child process (this test binary run
 //! again in child mode), which the parent waits for with a deadline.
 
 mod common;
@@ -14,6 +15,9 @@ use uswap::FailPoint;
 
 /// Environment variable that puts this binary in child mode, naming the failure.
 const CHILD: &str = "USWAP_FAILURE_CHILD";
+
+/// Environment variable naming the child's fault mode (`in-thread` or `handlers`).
+const MODE: &str = "USWAP_FAILURE_MODE";
 
 /// Longest a child may take before the parent kills it and fails the test.
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -31,7 +35,15 @@ fn child() {
         "panic" => FailPoint::Panic,
         _ => panic!("unknown failure {what}"),
     };
-    let cfg = uswap::RegionConfig { fail, ..config(16) };
+    let faults = match std::env::var(MODE).as_deref() {
+        Ok("handlers") => uswap::FaultMode::Handlers,
+        _ => uswap::FaultMode::InThread,
+    };
+    let cfg = uswap::RegionConfig {
+        fail,
+        faults,
+        ..config(16)
+    };
     let Some(mut region) = region_or_skip(64 * PAGE, cfg) else {
         std::process::exit(77);
     };
@@ -59,11 +71,12 @@ fn child() {
 
 /// Runs the child with `what` armed; returns the signal that ended it, or `None` when it
 /// was skipped.
-fn run_child(what: &str) -> Option<i32> {
+fn run_child(what: &str, mode: &str) -> Option<i32> {
     let exe = std::env::current_exe().unwrap();
     let mut child = Command::new(exe)
         .args(["--exact", "child", "--ignored", "--nocapture"])
         .env(CHILD, what)
+        .env(MODE, mode)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -102,14 +115,18 @@ fn run_child(what: &str) -> Option<i32> {
 
 #[test]
 fn a_failed_copy_tears_the_region_down_with_sigsegv() {
-    if let Some(sig) = run_child("copy") {
-        assert_eq!(sig, libc::SIGSEGV);
+    for mode in ["in-thread", "handlers"] {
+        if let Some(sig) = run_child("copy", mode) {
+            assert_eq!(sig, libc::SIGSEGV, "{mode}");
+        }
     }
 }
 
 #[test]
 fn a_dead_handler_tears_the_region_down_with_sigsegv() {
-    if let Some(sig) = run_child("panic") {
-        assert_eq!(sig, libc::SIGSEGV);
+    for mode in ["in-thread", "handlers"] {
+        if let Some(sig) = run_child("panic", mode) {
+            assert_eq!(sig, libc::SIGSEGV, "{mode}");
+        }
     }
 }

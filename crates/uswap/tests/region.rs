@@ -1,18 +1,18 @@
 //! Regions against the running kernel: every byte kept through eviction and faults with a
 //! tiny budget (a model test), parts from threads, readahead on sequential and random
-//! passes, zero pages, and a device at `mem_limit`.
+//! passes, zero pages, and a device at `mem_limit`. Each test runs twice: with faults served
+//! in the faulting thread (`in_thread::…`) and by handler threads (`handlers::…`).
 
 mod common;
 
-use common::{PAGE, config, page_of, region_or_skip};
+use common::{PAGE, config_in, page_of, region_or_skip};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use uswap::{Error, ReadaheadConfig, RegionConfig};
+use uswap::{Error, FaultMode, ReadaheadConfig, RegionConfig};
 
-#[test]
-fn random_reads_and_writes_with_a_tiny_budget_keep_every_byte() {
+fn random_reads_and_writes_with_a_tiny_budget_keep_every_byte(mode: FaultMode) {
     let pages = 512;
-    let Some(mut region) = region_or_skip(pages * PAGE, config(16)) else {
+    let Some(mut region) = region_or_skip(pages * PAGE, config_in(mode, 16)) else {
         return;
     };
     let mut model = vec![0u8; pages * PAGE];
@@ -56,12 +56,11 @@ fn random_reads_and_writes_with_a_tiny_budget_keep_every_byte() {
     assert_eq!(s.failed, None);
 }
 
-#[test]
-fn parts_are_served_from_their_own_threads() {
+fn parts_are_served_from_their_own_threads(mode: FaultMode) {
     let pages = 1024;
     let cfg = RegionConfig {
         range_len: 256 * PAGE,
-        ..config(32)
+        ..config_in(mode, 32)
     };
     let Some(mut region) = region_or_skip(pages * PAGE, cfg) else {
         return;
@@ -104,10 +103,15 @@ fn part_out_of_range(region: &mut uswap::Region) -> bool {
 }
 
 /// Fills `pages` pages, evicts them all, then reads them in `order`; returns the stats.
-fn pass(pages: usize, ra: ReadaheadConfig, order: &[usize]) -> Option<uswap::RegionStats> {
+fn pass(
+    mode: FaultMode,
+    pages: usize,
+    ra: ReadaheadConfig,
+    order: &[usize],
+) -> Option<uswap::RegionStats> {
     let cfg = RegionConfig {
         readahead: ra,
-        ..config(pages + 64)
+        ..config_in(mode, pages + 64)
     };
     let mut region = region_or_skip(pages * PAGE, cfg)?;
     for p in 0..pages {
@@ -122,14 +126,13 @@ fn pass(pages: usize, ra: ReadaheadConfig, order: &[usize]) -> Option<uswap::Reg
     Some(region.stats())
 }
 
-#[test]
-fn a_sequential_pass_reads_ahead_and_a_random_one_hardly() {
+fn a_sequential_pass_reads_ahead_and_a_random_one_hardly(mode: FaultMode) {
     let pages = 2048;
     let seq: Vec<usize> = (0..pages).collect();
-    let Some(on) = pass(pages, ReadaheadConfig::default(), &seq) else {
+    let Some(on) = pass(mode, pages, ReadaheadConfig::default(), &seq) else {
         return;
     };
-    let off = pass(pages, ReadaheadConfig::new(false, 3), &seq).unwrap();
+    let off = pass(mode, pages, ReadaheadConfig::new(false, 3), &seq).unwrap();
     eprintln!("sequential, readahead on:\n{}", on.format());
     assert_eq!(off.swap_ra, 0);
     assert_eq!(off.pgmajfault, pages as u64);
@@ -143,7 +146,7 @@ fn a_sequential_pass_reads_ahead_and_a_random_one_hardly() {
     for i in (1..pages).rev() {
         random.swap(i, rng.gen_range(0..=i));
     }
-    let r = pass(pages, ReadaheadConfig::default(), &random).unwrap();
+    let r = pass(mode, pages, ReadaheadConfig::default(), &random).unwrap();
     eprintln!("random, readahead on:\n{}", r.format());
     assert!(
         r.swap_ra * 20 < pages as u64,
@@ -152,9 +155,8 @@ fn a_sequential_pass_reads_ahead_and_a_random_one_hardly() {
     );
 }
 
-#[test]
-fn zero_pages_are_mapped_without_copies() {
-    let Some(mut region) = region_or_skip(64 * PAGE, config(16)) else {
+fn zero_pages_are_mapped_without_copies(mode: FaultMode) {
+    let Some(mut region) = region_or_skip(64 * PAGE, config_in(mode, 16)) else {
         return;
     };
     let mut buf = vec![1u8; 8 * PAGE];
@@ -171,10 +173,9 @@ fn zero_pages_are_mapped_without_copies() {
     assert!(region.stats().pswpin >= 8);
 }
 
-#[test]
-fn a_device_at_mem_limit_stops_eviction_and_loses_nothing() {
+fn a_device_at_mem_limit_stops_eviction_and_loses_nothing(mode: FaultMode) {
     let pages = 1024;
-    let mut cfg = config(16);
+    let mut cfg = config_in(mode, 16);
     cfg.device.mem_limit = zram::Size(256 * 1024);
     let Some(mut region) = region_or_skip(pages * PAGE, cfg) else {
         return;
@@ -215,34 +216,32 @@ fn a_device_at_mem_limit_stops_eviction_and_loses_nothing() {
     assert!(all[half..] == model[half..]);
 }
 
-#[test]
-fn bad_arguments_are_errors() {
+fn bad_arguments_are_errors(mode: FaultMode) {
     assert!(matches!(
-        uswap::Region::new(0, config(16)),
+        uswap::Region::new(0, config_in(mode, 16)),
         Err(Error::Invalid(_))
     ));
     let cfg = RegionConfig {
         range_len: 100,
-        ..config(16)
+        ..config_in(mode, 16)
     };
     assert!(matches!(
         uswap::Region::new(PAGE, cfg),
         Err(Error::Invalid(_))
     ));
-    let Some(mut region) = region_or_skip(4 * PAGE, config(16)) else {
+    let Some(mut region) = region_or_skip(4 * PAGE, config_in(mode, 16)) else {
         return;
     };
     assert!(region.write(4 * PAGE - 1, &[0, 0]).is_err());
     assert!(region.read(usize::MAX, &mut [0]).is_err());
 }
 
-#[test]
 #[expect(
     unsafe_code,
     reason = "drops a page behind the region's back, as a program's raw madvise may"
 )]
-fn a_page_dropped_behind_the_regions_back_reads_as_zeroes() {
-    let Some(mut region) = region_or_skip(32 * PAGE, config(16)) else {
+fn a_page_dropped_behind_the_regions_back_reads_as_zeroes(mode: FaultMode) {
+    let Some(mut region) = region_or_skip(32 * PAGE, config_in(mode, 16)) else {
         return;
     };
     region.write(0, &page_of(1)).unwrap();
@@ -265,9 +264,8 @@ fn a_page_dropped_behind_the_regions_back_reads_as_zeroes() {
     assert_eq!(region.stats().resident_pages, 2);
 }
 
-#[test]
-fn retired_pages_are_never_stored_or_counted_again() {
-    let Some(mut region) = region_or_skip(64 * PAGE, config(64)) else {
+fn retired_pages_are_never_stored_or_counted_again(mode: FaultMode) {
+    let Some(mut region) = region_or_skip(64 * PAGE, config_in(mode, 64)) else {
         return;
     };
     for p in 0..64 {
@@ -290,13 +288,12 @@ fn retired_pages_are_never_stored_or_counted_again() {
     }
 }
 
-#[test]
 #[expect(
     unsafe_code,
     reason = "protects a page behind the region's back, as a program's mprotect may"
 )]
-fn a_page_the_program_made_unreadable_stays_resident() {
-    let Some(mut region) = region_or_skip(32 * PAGE, config(32)) else {
+fn a_page_the_program_made_unreadable_stays_resident(mode: FaultMode) {
+    let Some(mut region) = region_or_skip(32 * PAGE, config_in(mode, 32)) else {
         return;
     };
     for p in 0..8 {
@@ -319,3 +316,33 @@ fn a_page_the_program_made_unreadable_stays_resident() {
         assert!(buf == page_of(p as u64), "page {p}");
     }
 }
+
+/// Each test once per fault mode.
+macro_rules! in_both_modes {
+    ($($name:ident),* $(,)?) => {
+        mod in_thread {
+            $(#[test]
+            fn $name() {
+                super::$name(uswap::FaultMode::InThread);
+            })*
+        }
+        mod handlers {
+            $(#[test]
+            fn $name() {
+                super::$name(uswap::FaultMode::Handlers);
+            })*
+        }
+    };
+}
+
+in_both_modes!(
+    random_reads_and_writes_with_a_tiny_budget_keep_every_byte,
+    parts_are_served_from_their_own_threads,
+    a_sequential_pass_reads_ahead_and_a_random_one_hardly,
+    zero_pages_are_mapped_without_copies,
+    a_device_at_mem_limit_stops_eviction_and_loses_nothing,
+    bad_arguments_are_errors,
+    a_page_dropped_behind_the_regions_back_reads_as_zeroes,
+    retired_pages_are_never_stored_or_counted_again,
+    a_page_the_program_made_unreadable_stays_resident,
+);

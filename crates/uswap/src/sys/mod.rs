@@ -1,6 +1,7 @@
 //! The only module of this crate with `unsafe` code: anonymous mappings, the userfaultfd
-//! that serves their missing pages (`userfaultfd(2)`, `ioctl_userfaultfd(2)`), and the
-//! signal mask of the crate's threads.
+//! that serves their missing pages (`userfaultfd(2)`, `ioctl_userfaultfd(2)`), the SIGBUS
+//! handler that serves them in the faulting thread, and the signal mask of the crate's
+//! threads.
 //!
 //! The uapi structures, ioctl numbers and flag values come from `linux-raw-sys`
 //! (`linux/userfaultfd.h`, generated), except `UFFDIO_WRITEPROTECT_MODE_WP`, which it lacks
@@ -39,6 +40,12 @@
 //!   left as it was), write-protection changes no byte, and waking resumes a blocked thread:
 //!   none of them changes memory a Rust reference may be reading. The source of a copy is a
 //!   borrowed `&[u8]` of at least one page, read by the kernel during the call only.
+//! - The SIGBUS handler ([`signal`]) reads only the registry's atomics and calls a
+//!   registered [`InThread`] server for an address inside its range; a server is freed only
+//!   after its registration is dropped and no handler is inside it. It saves and restores
+//!   `errno`, and hands every other SIGBUS to the action it replaced. What a server does in
+//!   the faulting thread is safe Rust bound by the trait's contract (no unwinding out, no
+//!   wait on what the faulting thread may hold).
 //! - Each ioctl is given the argument structure its uapi number names (one wrapper per
 //!   number), and reading the descriptor fills a byte buffer parsed field by field.
 
@@ -47,9 +54,11 @@ use std::io;
 use linux_raw_sys::general as uapi;
 
 mod mapping;
+mod signal;
 mod uffd;
 
 pub use mapping::{Mapping, Pager, Snap, Span};
+pub use signal::{Access, InThread, Registration, SLOTS, register as serve_in_thread};
 pub use uffd::{Fault, Features, Fill, MAX_BATCH, Uffd};
 
 /// Bytes in one page (x86-64 and the other 4 KiB-page targets this crate runs on).

@@ -33,6 +33,8 @@ pub struct Features {
     pub enabled: u64,
     /// Write-protect faults on anonymous memory (`UFFD_FEATURE_PAGEFAULT_FLAG_WP`) enabled.
     pub write_protect: bool,
+    /// Faults raise SIGBUS in the faulting thread instead of waiting (`UFFD_FEATURE_SIGBUS`).
+    pub sigbus: bool,
     /// Created with `UFFD_USER_MODE_ONLY` (the kernel refused a full descriptor).
     pub user_mode_only: bool,
 }
@@ -110,15 +112,35 @@ fn handshake(fd: BorrowedFd<'_>, features: u64) -> io::Result<u64> {
 }
 
 impl Uffd {
-    /// Opens a userfaultfd for missing faults, with write-protect faults if offered.
+    /// Opens a userfaultfd for missing faults, with write-protect faults if offered: faults
+    /// wait, queued on the descriptor, until a reader serves them.
     pub fn new() -> io::Result<Self> {
+        Self::open(false)
+    }
+
+    /// Opens a userfaultfd, with write-protect faults if offered, whose faults are not
+    /// queued: the faulting thread gets SIGBUS instead (`UFFD_FEATURE_SIGBUS`), and a system
+    /// call that meets a missing page fails with `EFAULT`. For faults served in the faulting
+    /// thread ([`super::signal`]).
+    pub fn with_sigbus() -> io::Result<Self> {
+        Self::open(true)
+    }
+
+    fn open(sigbus: bool) -> io::Result<Self> {
         // The handshake is once per descriptor: probe what is offered on a throwaway one.
         let offered = {
             let (probe, _) = open_fd()?;
             handshake(probe.as_fd(), 0)?
         };
         let wp = u64::from(uapi::UFFD_FEATURE_PAGEFAULT_FLAG_WP);
-        let wanted = offered & wp;
+        let bus = u64::from(uapi::UFFD_FEATURE_SIGBUS);
+        if sigbus && offered & bus == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "the kernel offers no UFFD_FEATURE_SIGBUS",
+            ));
+        }
+        let wanted = offered & wp | if sigbus { bus } else { 0 };
         let (fd, user_mode_only) = open_fd()?;
         handshake(fd.as_fd(), wanted)?;
         Ok(Self {
@@ -127,6 +149,7 @@ impl Uffd {
                 offered,
                 enabled: wanted,
                 write_protect: wanted & wp != 0,
+                sigbus,
                 user_mode_only,
             },
         })

@@ -26,6 +26,14 @@ pub fn config(budget_pages: usize) -> RegionConfig {
     }
 }
 
+/// Settings with a small budget and a small device, faults served as `mode` says.
+pub fn config_in(mode: uswap::FaultMode, budget_pages: usize) -> RegionConfig {
+    RegionConfig {
+        faults: mode,
+        ..config(budget_pages)
+    }
+}
+
 /// A page of compressible bytes that depend on `seed`.
 pub fn page_of(seed: u64) -> Vec<u8> {
     let mut v = vec![0u8; PAGE];

@@ -67,6 +67,11 @@ pub struct Args {
     /// Which workload to run.
     #[arg(long, value_enum, default_value_t = Which::All)]
     workload: Which,
+    /// Where the regions' faults are served: `in-thread` (the faulting thread, from
+    /// SIGBUS; the default) or `handlers` (handler threads). The fault workload also runs its
+    /// compressed tiers in the other mode, side by side.
+    #[arg(long, default_value = "in-thread")]
+    faults: uswap::FaultMode,
     /// Backing file of the written-back tier (default: a file in the temporary directory,
     /// removed afterwards).
     #[arg(long)]
@@ -126,6 +131,7 @@ fn settings(args: &Args) -> anyhow::Result<Settings> {
         work_us: args.work_us,
         algorithm: args.algorithm,
         max_order: args.max_order,
+        faults: args.faults,
     })
 }
 
@@ -177,7 +183,7 @@ fn measure(args: &Args, s: &Settings) -> anyhow::Result<Report> {
     // A step per run: the warm-up and four timed runs per workload, three fault tiers.
     let fault = matches!(args.workload, Which::Fault | Which::All);
     let floor = args.workload == Which::Floor;
-    let steps = workloads.len() * 5 + if fault { 3 } else { 0 } + if floor { 3 } else { 0 };
+    let steps = workloads.len() * 5 + if fault { 5 } else { 0 } + if floor { 3 } else { 0 };
     let _bar = crate::progress::bar("uswap", steps as u64);
     for &w in workloads {
         // On, off, off, on: a run's place in the sequence costs or gains a few percent
@@ -217,10 +223,17 @@ fn measure(args: &Args, s: &Settings) -> anyhow::Result<Report> {
         if !args.json {
             crate::progress::print(|| eprintln!("running the fault tiers"));
         }
-        tiers.push(tier::run(s, Tier::Compressed, None)?);
-        crate::progress::tick("");
-        tiers.push(tier::run(s, Tier::CompressedAlone, None)?);
-        crate::progress::tick("");
+        // The compressed tiers in both fault modes, the chosen one first.
+        for faults in [s.faults, s.faults.other()] {
+            let s = &Settings {
+                faults,
+                ..s.clone()
+            };
+            tiers.push(tier::run(s, Tier::Compressed, None)?);
+            crate::progress::tick("");
+            tiers.push(tier::run(s, Tier::CompressedAlone, None)?);
+            crate::progress::tick("");
+        }
         let (file, _remove) = match &args.backing_dev {
             Some(f) => (f.clone(), None),
             None => {
@@ -244,7 +257,7 @@ fn measure(args: &Args, s: &Settings) -> anyhow::Result<Report> {
             crate::progress::tick("");
         }
     }
-    let targets = targets(&runs, &tiers);
+    let targets = targets(&runs, &tiers, s.faults);
     Ok(Report {
         settings: s.clone(),
         runs,
@@ -263,7 +276,8 @@ fn on_off(ra: bool) -> &'static str {
     if ra { "on" } else { "off" }
 }
 
-fn targets(runs: &[Run], tiers: &[TierRun]) -> Vec<Target> {
+/// Issue 14's targets, the fault tiers' in the mode `faults` the run chose.
+fn targets(runs: &[Run], tiers: &[TierRun], faults: uswap::FaultMode) -> Vec<Target> {
     let get = |w: Workload, ra: bool| runs.iter().find(|r| r.workload == w && r.readahead == ra);
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
     let mut out = Vec::new();
@@ -319,7 +333,7 @@ fn targets(runs: &[Run], tiers: &[TierRun]) -> Vec<Target> {
             "compressed, no eviction: p99 (us)",
         ),
     ] {
-        if let Some(t) = tiers.iter().find(|t| t.tier == tier) {
+        if let Some(t) = tiers.iter().find(|t| t.tier == tier && t.faults == faults) {
             out.push(Target {
                 name: p50,
                 value: t.latency.p50_us,
@@ -343,7 +357,7 @@ fn print(r: &Report) {
     println!(
         "region {:.0} MiB, budget {:.0} MiB, {} timed rounds after a writing round (each \
          workload run twice per setting: on, off, off, on), {} measured threads (+{} random in combined), {} us of work per page, {}, \
-         vma_ra_max_order {}",
+         vma_ra_max_order {}, faults served {}",
         mib(s.size),
         mib(s.budget),
         s.rounds,
@@ -351,7 +365,8 @@ fn print(r: &Report) {
         s.noise_threads,
         s.work_us,
         s.algorithm,
-        s.max_order
+        s.max_order,
+        s.faults.name()
     );
     println!(
         "\nprogram-observed latency of each page's first touch per round (us), measured threads"
@@ -395,7 +410,7 @@ fn print(r: &Report) {
         );
     }
     for t in &r.tiers {
-        row(format!("fault: {}", t.tier.name()), &t.latency, f64::NAN);
+        row(tier_name(t), &t.latency, f64::NAN);
     }
     for f in &r.floors {
         row(f.wait.name().to_owned(), &f.latency, f64::NAN);
@@ -451,12 +466,7 @@ fn print(r: &Report) {
         );
     }
     for t in &r.tiers {
-        counts(
-            format!("fault: {}", t.tier.name()),
-            t.waited,
-            &t.counts,
-            &t.fault_latency,
-        );
+        counts(tier_name(t), t.waited, &t.counts, &t.fault_latency);
     }
     for run in &r.runs {
         if let Some(n) = &run.noise_latency {
@@ -492,6 +502,16 @@ fn print(r: &Report) {
             if t.met { "met" } else { "NOT met" }
         );
     }
+}
+
+/// A fault tier's row name: the tier and where its faults were served.
+fn tier_name(t: &TierRun) -> String {
+    let tier = match t.tier {
+        Tier::Compressed => "compressed",
+        Tier::CompressedAlone => "no evict",
+        Tier::WrittenBack => "written back",
+    };
+    format!("{tier}, {}", t.faults.name())
 }
 
 /// Removes the temporary backing file when the bench ends, however it ends.

@@ -44,6 +44,8 @@ impl Tier {
 #[derive(Debug, Clone, Serialize)]
 pub struct TierRun {
     pub tier: Tier,
+    /// Where the faults were served.
+    pub faults: uswap::FaultMode,
     pub pages: usize,
     pub rounds: usize,
     /// The backing file (written-back tier).
@@ -125,6 +127,7 @@ pub fn run(s: &Settings, tier: Tier, backing: Option<&Path>) -> anyhow::Result<T
     }
     Ok(TierRun {
         tier,
+        faults: s.faults,
         pages,
         rounds: s.rounds,
         backing_dev: backing.map(Path::to_path_buf),

@@ -11,7 +11,7 @@ use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use serde::Serialize;
 use uswap::histogram::{Histogram, Snapshot, Summary};
-use uswap::{Part, ReadaheadConfig, Region, RegionConfig, RegionStats};
+use uswap::{FaultMode, Part, ReadaheadConfig, Region, RegionConfig, RegionStats};
 use zram::{Algorithm, ZramConfig};
 
 pub const PAGE: usize = uswap::sys::PAGE_SIZE;
@@ -35,6 +35,8 @@ pub struct Settings {
     pub algorithm: Algorithm,
     /// `vma_ra_max_order` of the readahead-on runs.
     pub max_order: u32,
+    /// Where the regions' faults are served.
+    pub faults: FaultMode,
 }
 
 impl Settings {
@@ -160,6 +162,7 @@ pub fn region(
         device,
         readahead: ra,
         range_len: range_pages * PAGE,
+        faults: s.faults,
         ..RegionConfig::default()
     };
     Region::new(range_pages * parts * PAGE, config).context("making the region")

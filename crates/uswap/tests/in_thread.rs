@@ -1,0 +1,81 @@
+//! Faults served in the faulting thread (`FaultMode::InThread`): threads racing for the same
+//! evicted pages each see their bytes; a system call handed a missing page gets `EFAULT`
+//! (handler threads serve it instead). `sigbus_chain.rs`, a binary of its own, checks that
+//! a SIGBUS that is no region's reaches the handler that was there before.
+
+#![expect(unsafe_code, reason = "calls read(2) on region memory")]
+
+mod common;
+
+use common::{PAGE, config_in, page_of, region_or_skip};
+use uswap::FaultMode;
+
+#[test]
+fn threads_racing_for_the_same_evicted_pages_each_see_their_bytes() {
+    let pages = 256;
+    let Some(mut region) = region_or_skip(pages * PAGE, config_in(FaultMode::InThread, 32)) else {
+        return;
+    };
+    for p in 0..pages {
+        region.write(p * PAGE, &page_of(p as u64)).unwrap();
+    }
+    for round in 0..3 {
+        region.evict_oldest(pages).unwrap();
+        let region = &region;
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                s.spawn(move || {
+                    let mut buf = vec![0u8; PAGE];
+                    // Every thread walks all pages, each from its own starting point, so
+                    // that several fault on one page at the same time.
+                    for i in 0..pages {
+                        let p = (i + t * 7) % pages;
+                        region.read(p * PAGE, &mut buf).unwrap();
+                        assert!(
+                            buf == page_of(p as u64),
+                            "round {round} thread {t} page {p}"
+                        );
+                    }
+                });
+            }
+        });
+    }
+    let s = region.stats();
+    eprintln!("{}", s.format());
+    assert_eq!(s.failed, None);
+    assert!(s.pgmajfault > 0 && s.pswpin > 0, "{s:?}");
+}
+
+/// `read(2)` of 16 bytes from /dev/zero into the region's never-touched page 0.
+fn read_into_missing_page(region: &mut uswap::Region) -> std::io::Result<usize> {
+    let zero = std::fs::File::open("/dev/zero").unwrap();
+    // SAFETY: 16 bytes at the start of the region's own mapping, which no Rust reference
+    // borrows now (the region is borrowed mutably here).
+    let n = unsafe {
+        libc::read(
+            std::os::fd::AsRawFd::as_raw_fd(&zero),
+            region.as_mut_ptr().cast(),
+            16,
+        )
+    };
+    if n < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+#[test]
+fn a_system_call_into_a_missing_page_fails_in_thread_and_is_served_by_handlers() {
+    let Some(mut region) = region_or_skip(4 * PAGE, config_in(FaultMode::InThread, 16)) else {
+        return;
+    };
+    let err = read_into_missing_page(&mut region).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EFAULT), "{err}");
+    // Once touched from user mode, the page is there for system calls too.
+    region.write(0, &[1]).unwrap();
+    assert_eq!(read_into_missing_page(&mut region).unwrap(), 16);
+
+    let mut region = region_or_skip(4 * PAGE, config_in(FaultMode::Handlers, 16)).unwrap();
+    assert_eq!(read_into_missing_page(&mut region).unwrap(), 16);
+}
