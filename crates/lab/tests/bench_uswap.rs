@@ -1,6 +1,7 @@
 //! `zramd-lab bench uswap` on a tiny region, once: its JSON has every workload with
-//! readahead on and off, both fault tiers and the targets, and the counts that follow from
-//! the workloads' definitions hold. Structure only: no latency is asserted.
+//! readahead on and off, the fault tiers (the compressed ones in both fault modes) and the
+//! targets, and the counts that follow from the workloads' definitions hold. Structure
+//! only: no latency is asserted.
 
 use std::process::Command;
 
@@ -83,12 +84,18 @@ fn bench_uswap_reports_every_workload_and_tier() {
     assert!(seq_on["counts"]["swap_ra"].as_u64() > Some(0), "{seq_on}");
 
     let tiers = r["tiers"].as_array().expect("tiers");
-    assert_eq!(tiers.len(), 3, "{r}");
-    for (t, name) in tiers
-        .iter()
-        .zip(["compressed", "compressed_alone", "written_back"])
-    {
+    assert_eq!(tiers.len(), 5, "{r}");
+    // The compressed tiers in the chosen fault mode (in-thread by default), then in the
+    // other, then the written-back tier in the chosen one.
+    for (t, (name, faults)) in tiers.iter().zip([
+        ("compressed", "in-thread"),
+        ("compressed_alone", "in-thread"),
+        ("compressed", "handlers"),
+        ("compressed_alone", "handlers"),
+        ("written_back", "in-thread"),
+    ]) {
         assert_eq!(t["tier"], name, "{t}");
+        assert_eq!(t["faults"], faults, "{t}");
         let accesses = t["pages"].as_u64().unwrap() * 2;
         // Every page evicted before each round, readahead off: every access a major fault.
         assert_eq!(t["latency"]["samples"].as_u64(), Some(accesses), "{t}");
@@ -97,8 +104,9 @@ fn bench_uswap_reports_every_workload_and_tier() {
     }
     // With room for every page, nothing is evicted while the faults are served.
     assert_eq!(tiers[1]["counts"]["pswpout"], 0, "{r}");
-    assert!(tiers[2]["written_back_pages"].as_u64() > Some(0), "{r}");
-    assert!(tiers[2]["bd_reads"].as_u64() > Some(0), "{r}");
+    assert_eq!(tiers[3]["counts"]["pswpout"], 0, "{r}");
+    assert!(tiers[4]["written_back_pages"].as_u64() > Some(0), "{r}");
+    assert!(tiers[4]["bd_reads"].as_u64() > Some(0), "{r}");
 
     let names: Vec<&str> = r["targets"]
         .as_array()

@@ -57,14 +57,20 @@ fn backing_off(shared: &Shared) -> bool {
 }
 
 /// Called by a handler after a fill that left `resident` pages resident: wakes the evictor
-/// when over budget, and evicts in the handler's own thread when far over (calling
-/// `before_evicting` first: the handler gives up its turn at reading faults).
+/// when over budget, and evicts in the handler's own thread when far over and no round is
+/// under way (calling `before_evicting` first: the handler gives up its turn at reading
+/// faults).
 pub(crate) fn after_fill(shared: &Shared, resident: usize, before_evicting: impl FnOnce()) {
     if resident <= shared.budget {
         return;
     }
     shared.evict_wanted.notify_one();
-    if resident > shared.budget + hard_slack(shared.budget) && !backing_off(shared) {
+    // A round under way (the evictor's, or another thread's) is already bringing the
+    // region down: waiting for it would only add its length to this fault's.
+    if resident > shared.budget + hard_slack(shared.budget)
+        && !backing_off(shared)
+        && !shared.evicting.is_locked()
+    {
         let excess = resident - shared.budget;
         before_evicting();
         if let Err(e) = evict(shared, excess.min(EVICT_BATCH)) {
