@@ -57,20 +57,14 @@ fn backing_off(shared: &Shared) -> bool {
 }
 
 /// Called by a handler after a fill that left `resident` pages resident: wakes the evictor
-/// when over budget, and evicts in the handler's own thread when far over and no round is
-/// under way (calling `before_evicting` first: the handler gives up its turn at reading
-/// faults).
+/// when over budget, and evicts in the handler's own thread when far over (calling
+/// `before_evicting` first: the handler gives up its turn at reading faults).
 pub(crate) fn after_fill(shared: &Shared, resident: usize, before_evicting: impl FnOnce()) {
     if resident <= shared.budget {
         return;
     }
     shared.evict_wanted.notify_one();
-    // A round under way (the evictor's, or another thread's) is already bringing the
-    // region down: waiting for it would only add its length to this fault's.
-    if resident > shared.budget + hard_slack(shared.budget)
-        && !backing_off(shared)
-        && !shared.evicting.is_locked()
-    {
+    if resident > shared.budget + hard_slack(shared.budget) && !backing_off(shared) {
         let excess = resident - shared.budget;
         before_evicting();
         if let Err(e) = evict(shared, excess.min(EVICT_BATCH)) {
@@ -95,10 +89,10 @@ pub(crate) fn run(shared: Arc<Shared>) {
         {
             let mut t = shared.table.lock();
             if t.resident() <= shared.budget || backing_off(&shared) {
-                if shared.stale.lock().len() >= EVICT_BATCH {
-                    // Faulting threads left a batch of slots to free: a round of nothing.
+                if t.stale_waiting() >= EVICT_BATCH {
+                    // Faulting threads left a batch of stale slots to free.
                     drop(t);
-                    if let Err(e) = evict(&shared, 0) {
+                    if let Err(e) = free_stale(&shared) {
                         shared.fail(e);
                         return;
                     }
@@ -133,24 +127,20 @@ pub(crate) fn run(shared: Arc<Shared>) {
 /// pages of all runs leave the mapping together (one TLB shootdown for the round where the
 /// kernel batches them, rather than one per scattered page), and only then do they settle.
 ///
-/// A round first frees the slots of pages faulting threads read back ([`Shared::stale`]),
-/// taken under the table lock together with the pages to evict: a page settles resident
-/// only after its stale slot was queued, so a page this round stores has its old slot freed
-/// before, never after (which would discard the new copy); rounds do not overlap.
+/// A page whose slot is stale (read back in a faulting thread, see
+/// [`Table::hold_stale`](crate::table::Table::hold_stale)) loses the mark when taken: storing
+/// it replaces the slot. One the round does not store gets the mark back.
 pub(crate) fn evict(shared: &Shared, n: usize) -> Result<Round, String> {
-    let _serial = shared.evicting.lock();
     let (mut pages, stale) = {
         let mut t = shared.table.lock();
-        // A fresh list with room, so that faulting threads rarely grow it.
-        let stale = std::mem::replace(
-            &mut *shared.stale.lock(),
-            Vec::with_capacity(2 * EVICT_BATCH),
-        );
-        (t.take_oldest(n), stale)
+        let pages = t.take_oldest(n);
+        let stale: Vec<usize> = pages
+            .iter()
+            .copied()
+            .filter(|&p| t.clear_stale(p))
+            .collect();
+        (pages, stale)
     };
-    for &page in &stale {
-        crate::handler::free_slot(shared, page)?;
-    }
     let mut round = Round::default();
     if pages.is_empty() {
         return Ok(round);
@@ -168,13 +158,33 @@ pub(crate) fn evict(shared: &Shared, n: usize) -> Result<Round, String> {
         let buf = &mut buf[at..at + run.len() * PAGE_SIZE];
         store_run(shared, run, buf, &mut round.refused, &mut fates)?;
     }
-    round.evicted = settle(shared, &pages, &fates)?;
+    round.evicted = settle(shared, &pages, &fates, &stale)?;
     if round.refused || round.evicted == 0 {
         // The device is full, or nothing taken could go (pages the program made
         // unreadable): pause rather than spin on the same pages.
         *shared.backoff.lock() = Some(Instant::now() + BACKOFF);
     }
     Ok(round)
+}
+
+/// Frees the slots faulting threads left stale ([`crate::table::Table::hold_stale`]): the
+/// pages are busy meanwhile, so no eviction can store one anew before its old slot goes;
+/// then they settle back as they were (resident ones as the youngest).
+pub(crate) fn free_stale(shared: &Shared) -> Result<(), String> {
+    let held = shared.table.lock().hold_stale();
+    if held.is_empty() {
+        return Ok(());
+    }
+    let freed = held
+        .iter()
+        .try_for_each(|&(page, _)| crate::handler::free_slot(shared, page));
+    let mut t = shared.table.lock();
+    for (page, was) in held {
+        t.settle(page, was);
+    }
+    drop(t);
+    shared.moved.notify_all();
+    freed
 }
 
 /// Consecutive page numbers grouped into runs.
@@ -247,7 +257,12 @@ fn store_run(
 /// Ends a round: the stored pages leave the mapping (all runs in one call), the other
 /// protected ones are unprotected, and every page settles in the table. Returns how many
 /// went to the device.
-fn settle(shared: &Shared, pages: &[usize], fates: &[Fate]) -> Result<usize, String> {
+fn settle(
+    shared: &Shared,
+    pages: &[usize],
+    fates: &[Fate],
+    stale: &[usize],
+) -> Result<usize, String> {
     // Runs of consecutive pages sharing a fate.
     let mut groups: Vec<(usize, usize, Fate)> = Vec::new();
     for (&page, &fate) in pages.iter().zip(fates) {
@@ -276,6 +291,9 @@ fn settle(shared: &Shared, pages: &[usize], fates: &[Fate]) -> Result<usize, Str
     let mut evicted = 0;
     let mut t = shared.table.lock();
     for (&page, fate) in pages.iter().zip(fates).rev() {
+        if *fate != Fate::Stored && stale.contains(&page) {
+            t.mark_stale(page);
+        }
         match fate {
             Fate::Stored => {
                 t.settle(page, Page::Evicted);

@@ -211,16 +211,14 @@ fn serve(shared: &Shared, fault: Fault, buf: &mut [u8], turn: &mut Turn<'_>) -> 
                 Counters::add(&c.swap_ra_hit, used);
                 restore(shared, page, buf)?;
                 shared.latency.record(start.elapsed());
-                release_slot(shared, page)?;
-                let mut resident = settle(shared, page, Page::Resident);
+                let mut resident = settle_restored(shared, page, Page::Resident)?;
                 if !ahead.is_empty() {
                     *turn = None;
                 }
                 for p in ahead {
                     Counters::bump(&c.swap_ra);
                     restore(shared, p, buf)?;
-                    release_slot(shared, p)?;
-                    resident = settle(shared, p, Page::ReadAhead);
+                    resident = settle_restored(shared, p, Page::ReadAhead)?;
                 }
                 evict::after_fill(shared, resident, || *turn = None);
                 return Ok(());
@@ -279,25 +277,27 @@ fn restore(shared: &Shared, page: usize, buf: &mut [u8]) -> Result<(), String> {
     fill(shared, page, Some(buf))
 }
 
-/// Frees a restored page's slot, whose stored copy would go stale at the next write: at
-/// once in a handler thread (the program is already on its way), while the page is still
-/// busy, so no eviction can have stored it anew; in a faulting thread, by the next eviction
-/// round ([`Shared::stale`]; it is queued before the page settles, so a round that can take
-/// the page takes its stale slot too, and frees it first). The evictor is woken once a
-/// batch is waiting.
-fn release_slot(shared: &Shared, page: usize) -> Result<(), String> {
+/// Ends the fill of a page read back from the device, whose slot now holds a copy that
+/// would go stale at the next write; returns the resident pages now. A handler thread frees
+/// the slot at once (the program is already on its way), while the page is still busy, so
+/// no eviction can have stored it anew. A faulting thread only marks it stale as the page
+/// settles, in the same hold of the table lock, and the evictor frees it later
+/// ([`evict::free_stale`]), woken once a batch waits.
+fn settle_restored(shared: &Shared, page: usize, now: Page) -> Result<usize, String> {
     if !shared.in_thread {
-        return free_slot(shared, page);
+        free_slot(shared, page)?;
+        return Ok(settle(shared, page, now));
     }
-    let waiting = {
-        let mut stale = shared.stale.lock();
-        stale.push(page);
-        stale.len()
+    let (resident, waiting) = {
+        let mut t = shared.table.lock();
+        t.settle_filled(page, now);
+        (t.resident(), t.mark_stale(page))
     };
+    shared.moved.notify_all();
     if waiting == EVICT_BATCH {
         shared.evict_wanted.notify_one();
     }
-    Ok(())
+    Ok(resident)
 }
 
 /// Frees page `page`'s device slot.

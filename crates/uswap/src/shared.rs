@@ -39,16 +39,12 @@ pub(crate) struct Shared {
     /// No eviction before this instant: the device refused the last one.
     pub backoff: Mutex<Option<Instant>>,
     pub fail: FailPoint,
-    /// Faults are served in the faulting thread ([`crate::FaultMode::InThread`]).
+    /// Faults are served in the faulting thread ([`crate::FaultMode::InThread`]): the slot
+    /// of a page read back there is only marked stale in the table, and freed by the
+    /// evictor ([`crate::evict::free_stale`]). Freeing a slot can release a zspage, whose
+    /// `MADV_DONTNEED` flushes the TLBs of every CPU the process runs on: that stays off
+    /// the faulting thread's path.
     pub in_thread: bool,
-    /// Pages read back in a faulting thread whose device slots are still to be freed (by
-    /// the next eviction round, before it stores anything: see [`crate::evict::evict`]).
-    /// Freeing a slot can release a zspage, whose `MADV_DONTNEED` flushes the TLBs of
-    /// every CPU the process runs on: that stays off the faulting thread's path.
-    pub stale: Mutex<Vec<usize>>,
-    /// Held through an eviction round, so that rounds do not overlap: a round frees the
-    /// stale slots it took before any later round can store those pages anew.
-    pub evicting: Mutex<()>,
 }
 
 impl Shared {
@@ -78,8 +74,6 @@ impl Shared {
             backoff: Mutex::new(None),
             fail,
             in_thread,
-            stale: Mutex::new(Vec::with_capacity(2 * EVICT_BATCH)),
-            evicting: Mutex::new(()),
         }
     }
 

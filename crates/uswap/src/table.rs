@@ -54,6 +54,11 @@ pub(crate) struct Table {
     range_pages: usize,
     windows: Vec<Window>,
     pub readahead: ReadaheadConfig,
+    /// Per page: its device slot still holds a copy from before it was read back in a
+    /// faulting thread, to be freed off the fault's path (see [`Self::hold_stale`]).
+    stale: Vec<bool>,
+    /// Pages marked stale since the last [`Self::hold_stale`].
+    stale_queue: Vec<u32>,
 }
 
 impl Table {
@@ -68,7 +73,52 @@ impl Table {
             range_pages,
             windows: vec![Window::new(); pages.div_ceil(range_pages)],
             readahead,
+            stale: vec![false; pages],
+            stale_queue: Vec::new(),
         }
+    }
+
+    /// Marks `page`'s slot stale (its copy on the device is out of date and to be freed);
+    /// returns how many pages wait for [`Self::hold_stale`].
+    pub fn mark_stale(&mut self, page: usize) -> usize {
+        if !self.stale[page] {
+            self.stale[page] = true;
+            self.stale_queue.push(page as u32);
+        }
+        self.stale_queue.len()
+    }
+
+    /// Clears `page`'s stale mark (an eviction that stores the page replaces its slot);
+    /// returns whether it had one.
+    pub fn clear_stale(&mut self, page: usize) -> bool {
+        std::mem::take(&mut self.stale[page])
+    }
+
+    /// Pages waiting for their stale slots to be freed.
+    pub fn stale_waiting(&self) -> usize {
+        self.stale_queue.len()
+    }
+
+    /// Takes the pages whose slots are stale, marked busy with their marks cleared, each
+    /// with the state to give back to it (with [`Self::settle`]) once its slot is freed:
+    /// while busy no eviction can take it, so the free cannot land after a new store. A
+    /// page busy now (a fill or an eviction has it) stays queued for a later call.
+    pub fn hold_stale(&mut self) -> Vec<(usize, Page)> {
+        let queue = std::mem::take(&mut self.stale_queue);
+        let mut held = Vec::with_capacity(queue.len());
+        for page in queue {
+            let page = page as usize;
+            if !self.stale[page] {
+                continue;
+            }
+            if self.pages[page] == Page::Busy {
+                self.stale_queue.push(page as u32);
+                continue;
+            }
+            self.stale[page] = false;
+            held.push((page, self.take(page)));
+        }
+        held
     }
 
     pub fn get(&self, page: usize) -> Page {
