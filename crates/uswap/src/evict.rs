@@ -85,20 +85,25 @@ pub(crate) fn run(shared: Arc<Shared>) {
     if let Err(e) = sys::set_thread_idle() {
         tracing::debug!("uswap evictor: SCHED_IDLE: {e}");
     }
+    // The last wait ended with nobody asking: the region is quiet.
+    let mut quiet = false;
     while !shared.stopping() {
         {
             let mut t = shared.table.lock();
             if t.resident() <= shared.budget || backing_off(&shared) {
-                if t.stale_waiting() >= EVICT_BATCH {
-                    // Faulting threads left a batch of stale slots to free.
+                let stale = t.stale_waiting();
+                if stale >= EVICT_BATCH || (stale > 0 && quiet) {
+                    // Faulting threads left a batch of stale slots to free (or, once the
+                    // region is quiet, the rest of one).
                     drop(t);
+                    quiet = false;
                     if let Err(e) = free_stale(&shared) {
                         shared.fail(e);
                         return;
                     }
                     continue;
                 }
-                shared.evict_wanted.wait_for(&mut t, BACKOFF);
+                quiet = shared.evict_wanted.wait_for(&mut t, BACKOFF).timed_out();
                 continue;
             }
         }

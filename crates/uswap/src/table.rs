@@ -320,6 +320,37 @@ mod tests {
     use super::*;
 
     #[test]
+    fn stale_slots_are_held_busy_once_and_an_eviction_takes_the_mark() {
+        let mut t = Table::new(8, 0, ReadaheadConfig::default());
+        for p in [1, 2, 3] {
+            t.take_for_fill(p);
+            t.settle_filled(p, Page::Resident);
+            t.mark_stale(p);
+        }
+        // Marking twice queues once.
+        assert_eq!(t.mark_stale(3), 3);
+        // An eviction takes page 1 (the oldest): storing it replaces its slot.
+        assert_eq!(t.take_oldest(1), vec![1]);
+        assert!(t.clear_stale(1));
+        // Page 2 is busy with something else when the evictor looks: it stays queued.
+        t.take(2);
+        let held = t.hold_stale();
+        assert_eq!(held, vec![(3, Page::Resident)]);
+        assert_eq!((t.get(3), t.busy()), (Page::Busy, 3));
+        assert_eq!(t.stale_waiting(), 1);
+        for (p, was) in held {
+            t.settle(p, was);
+        }
+        t.settle(1, Page::Evicted);
+        t.settle(2, Page::Resident);
+        assert_eq!(t.hold_stale(), vec![(2, Page::Resident)]);
+        t.settle(2, Page::Resident);
+        assert!(t.hold_stale().is_empty());
+        assert_eq!((t.resident(), t.evicted(), t.busy()), (2, 1, 0));
+        t.check();
+    }
+
+    #[test]
     fn fifo_gives_oldest_fills_first_and_skips_stale_entries() {
         let mut t = Table::new(8, 0, ReadaheadConfig::default());
         for p in [3, 1, 5, 2] {
