@@ -182,7 +182,7 @@ pub(crate) fn free_stale(shared: &Shared) -> Result<(), String> {
     }
     let freed = held
         .iter()
-        .try_for_each(|&(page, _)| crate::handler::free_slot(shared, page));
+        .try_for_each(|&(page, _)| shared.free_slot(page));
     let mut t = shared.table.lock();
     for (page, was) in held {
         t.settle(page, was);

@@ -285,7 +285,7 @@ fn restore(shared: &Shared, page: usize, buf: &mut [u8]) -> Result<(), String> {
 /// ([`evict::free_stale`]), woken once a batch waits.
 fn settle_restored(shared: &Shared, page: usize, now: Page) -> Result<usize, String> {
     if !shared.in_thread {
-        free_slot(shared, page)?;
+        shared.free_slot(page)?;
         return Ok(settle(shared, page, now));
     }
     let (resident, waiting) = {
@@ -298,15 +298,6 @@ fn settle_restored(shared: &Shared, page: usize, now: Page) -> Result<usize, Str
         shared.evict_wanted.notify_one();
     }
     Ok(resident)
-}
-
-/// Frees page `page`'s device slot.
-pub(crate) fn free_slot(shared: &Shared, page: usize) -> Result<(), String> {
-    let offset = (page * PAGE_SIZE) as u64;
-    shared
-        .zram
-        .discard(offset, PAGE_SIZE as u64)
-        .map_err(|e| format!("freeing page {page}'s slot: {e}"))
 }
 
 /// Maps a missing page: a copy of `src`, or the zero page; wakes its waiters.

@@ -82,6 +82,14 @@ impl Shared {
         self.pager.addr() + page * PAGE_SIZE
     }
 
+    /// Frees page `page`'s device slot.
+    pub fn free_slot(&self, page: usize) -> Result<(), String> {
+        let offset = (page * PAGE_SIZE) as u64;
+        self.zram
+            .discard(offset, PAGE_SIZE as u64)
+            .map_err(|e| format!("freeing page {page}'s slot: {e}"))
+    }
+
     /// The region's page at `address`, if it lies in the region.
     pub fn page_of(&self, address: u64) -> Option<usize> {
         let off = usize::try_from(address)
