@@ -136,6 +136,28 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(32))]
 
+    /// One compressor going back and forth between inputs searched with the per-input
+    /// `u16` table (up to 0xbffe bytes) and longer ones searched with the position-keyed
+    /// table writes what a fresh compressor writes.
+    #[test]
+    fn reused_compressor_across_input_sizes_matches_one_off(
+        inputs in prop::collection::vec(piecewise(96 << 10), 1..6)
+    ) {
+        for v in VARIANTS {
+            let mut c = Compressor::new(v);
+            let mut reused = Vec::new();
+            let mut fresh = Vec::new();
+            for input in &inputs {
+                for part in [&input[..input.len().min(4096)], &input[..]] {
+                    c.compress(part, &mut reused);
+                    compress(v, part, &mut fresh);
+                    prop_assert_eq!(&reused, &fresh);
+                    check(v, part, &reused);
+                }
+            }
+        }
+    }
+
     #[test]
     fn large_compressible_buffers(src in piecewise(128 << 10)) {
         for v in VARIANTS {

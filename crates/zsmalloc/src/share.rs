@@ -297,9 +297,16 @@ impl Pool {
         if let Some(handle) = inner.share_indexed(pos, &geom, hash, data)? {
             return Ok((handle, true));
         }
-        if self.shards.is_sharded(class_pos) {
+        // The other shards may hold the bytes too: look while the class is sharded, and
+        // whenever this thread was given one of its other shards. That shard was chosen
+        // while the class was sharded, and a merge may have unsharded it since: asked only
+        // whether it is sharded now, a thread on shard 1 would not look at the home shard,
+        // where the bytes are indexed, and would store them again (a race the shuttle test
+        // of cross-shard folding found).
+        let range = self.shards.class_range(class_pos);
+        if pos != range.start || self.shards.is_sharded(class_pos) {
             drop(inner);
-            for other in self.shards.class_range(class_pos).filter(|&p| p != pos) {
+            for other in range.filter(|&p| p != pos) {
                 let Some(there) = self.shards.get(other) else {
                     continue;
                 };

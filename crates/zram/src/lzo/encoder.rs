@@ -159,7 +159,8 @@ impl Compressor {
 /// [`search`] for an input of at most [`SMALL_INPUT`] bytes, as the kernel's LZO1X-1 does
 /// a page: the table holds plain positions and is cleared first (16 KiB), a zero entry
 /// offers position 0, and no distance can pass the far-copy limit. Returns where the
-/// pending literals start.
+/// pending literals start. Its loop repeats [`search`]'s on purpose: one loop generic over
+/// the table's probe compressed pages 5% slower (`cargo bench -p zram --bench lzo`).
 fn search_small(
     table: &mut [u16; TABLE_LEN],
     src: &[u8],
