@@ -110,7 +110,7 @@ impl RegionConfig {
 ///   [`RegionConfig::handlers`] threads, which serve them and wake the faulting thread; any
 ///   access, a system call's included, is served. The preload shim (`zramd run`), which
 ///   gives a program's heap to a region, uses this mode.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FaultMode {
     /// Served in the faulting thread (SIGBUS from the userfaultfd).

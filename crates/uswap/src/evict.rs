@@ -133,19 +133,11 @@ pub(crate) fn run(shared: Arc<Shared>) {
 /// kernel batches them, rather than one per scattered page), and only then do they settle.
 ///
 /// A page whose slot is stale (read back in a faulting thread, see
-/// [`Table::hold_stale`](crate::table::Table::hold_stale)) loses the mark when taken: storing
-/// it replaces the slot. One the round does not store gets the mark back.
+/// [`Table::hold_stale`](crate::table::Table::hold_stale)) loses the mark once the round
+/// stores it (the store replaced the slot); while the round has it busy, the evictor's
+/// frees leave it alone.
 pub(crate) fn evict(shared: &Shared, n: usize) -> Result<Round, String> {
-    let (mut pages, stale) = {
-        let mut t = shared.table.lock();
-        let pages = t.take_oldest(n);
-        let stale: Vec<usize> = pages
-            .iter()
-            .copied()
-            .filter(|&p| t.clear_stale(p))
-            .collect();
-        (pages, stale)
-    };
+    let mut pages = shared.table.lock().take_oldest(n);
     let mut round = Round::default();
     if pages.is_empty() {
         return Ok(round);
@@ -163,7 +155,7 @@ pub(crate) fn evict(shared: &Shared, n: usize) -> Result<Round, String> {
         let buf = &mut buf[at..at + run.len() * PAGE_SIZE];
         store_run(shared, run, buf, &mut round.refused, &mut fates)?;
     }
-    round.evicted = settle(shared, &pages, &fates, &stale)?;
+    round.evicted = settle(shared, &pages, &fates)?;
     if round.refused || round.evicted == 0 {
         // The device is full, or nothing taken could go (pages the program made
         // unreadable): pause rather than spin on the same pages.
@@ -262,12 +254,7 @@ fn store_run(
 /// Ends a round: the stored pages leave the mapping (all runs in one call), the other
 /// protected ones are unprotected, and every page settles in the table. Returns how many
 /// went to the device.
-fn settle(
-    shared: &Shared,
-    pages: &[usize],
-    fates: &[Fate],
-    stale: &[usize],
-) -> Result<usize, String> {
+fn settle(shared: &Shared, pages: &[usize], fates: &[Fate]) -> Result<usize, String> {
     // Runs of consecutive pages sharing a fate.
     let mut groups: Vec<(usize, usize, Fate)> = Vec::new();
     for (&page, &fate) in pages.iter().zip(fates) {
@@ -296,11 +283,9 @@ fn settle(
     let mut evicted = 0;
     let mut t = shared.table.lock();
     for (&page, fate) in pages.iter().zip(fates).rev() {
-        if *fate != Fate::Stored && stale.contains(&page) {
-            t.mark_stale(page);
-        }
         match fate {
             Fate::Stored => {
+                t.clear_stale(page);
                 t.settle(page, Page::Evicted);
                 evicted += 1;
             }

@@ -284,7 +284,7 @@ fn restore(shared: &Shared, page: usize, buf: &mut [u8]) -> Result<(), String> {
 /// settles, in the same hold of the table lock, and the evictor frees it later
 /// ([`evict::free_stale`]), woken once a batch waits.
 fn settle_restored(shared: &Shared, page: usize, now: Page) -> Result<usize, String> {
-    if !shared.in_thread {
+    if !shared.in_thread() {
         shared.free_slot(page)?;
         return Ok(settle(shared, page, now));
     }
@@ -294,7 +294,7 @@ fn settle_restored(shared: &Shared, page: usize, now: Page) -> Result<usize, Str
         (t.resident(), t.mark_stale(page))
     };
     shared.moved.notify_all();
-    if waiting == EVICT_BATCH {
+    if waiting >= EVICT_BATCH {
         shared.evict_wanted.notify_one();
     }
     Ok(resident)

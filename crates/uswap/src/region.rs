@@ -93,7 +93,6 @@ impl Region {
             table,
             config.budget_pages(),
             config.fail,
-            config.faults == FaultMode::InThread,
         ));
         let mut region = Self {
             threads: Vec::new(),

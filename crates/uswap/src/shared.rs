@@ -39,12 +39,6 @@ pub(crate) struct Shared {
     /// No eviction before this instant: the device refused the last one.
     pub backoff: Mutex<Option<Instant>>,
     pub fail: FailPoint,
-    /// Faults are served in the faulting thread ([`crate::FaultMode::InThread`]): the slot
-    /// of a page read back there is only marked stale in the table, and freed by the
-    /// evictor ([`crate::evict::free_stale`]). Freeing a slot can release a zspage, whose
-    /// `MADV_DONTNEED` flushes the TLBs of every CPU the process runs on: that stays off
-    /// the faulting thread's path.
-    pub in_thread: bool,
 }
 
 impl Shared {
@@ -55,7 +49,6 @@ impl Shared {
         table: Table,
         budget: usize,
         fail: FailPoint,
-        in_thread: bool,
     ) -> Self {
         Self {
             uffd,
@@ -73,13 +66,21 @@ impl Shared {
             reason: Mutex::new(None),
             backoff: Mutex::new(None),
             fail,
-            in_thread,
         }
     }
 
     /// The address of page `page`.
     pub fn addr(&self, page: usize) -> usize {
         self.pager.addr() + page * PAGE_SIZE
+    }
+
+    /// Faults are served in the faulting thread ([`crate::FaultMode::InThread`]), which is
+    /// what a descriptor raising SIGBUS means: the slot of a page read back there is only
+    /// marked stale in the table, and freed by the evictor ([`crate::evict::free_stale`]).
+    /// Freeing a slot can release a zspage, whose `MADV_DONTNEED` flushes the TLBs of every
+    /// CPU the process runs on: that stays off the faulting thread's path.
+    pub fn in_thread(&self) -> bool {
+        self.uffd.features().sigbus
     }
 
     /// Frees page `page`'s device slot.

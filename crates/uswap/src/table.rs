@@ -275,13 +275,13 @@ impl Table {
 
     /// Forgets pages `first..first+count` (the program discarded or unmapped them): they
     /// read as zeroes from now on. Busy pages are left to their mover. Returns the pages
-    /// that were stored on the device, for it to free.
+    /// that hold a slot on the device (stored, or stale), for it to free.
     pub fn forget(&mut self, first: usize, count: usize) -> Vec<usize> {
         self.leave(first, count, Page::Untouched)
     }
 
     /// Retires pages `first..first+count` for good (see [`Page::Gone`]); returns the pages
-    /// that were stored on the device, for it to free.
+    /// that hold a slot on the device (stored, or stale), for it to free.
     pub fn retire(&mut self, first: usize, count: usize) -> Vec<usize> {
         self.leave(first, count, Page::Gone)
     }
@@ -291,12 +291,18 @@ impl Table {
         for p in first..first + count {
             match self.pages[p] {
                 Page::Busy | Page::Gone => {}
-                Page::Untouched => self.pages[p] = now,
+                Page::Untouched => {
+                    self.pages[p] = now;
+                    if self.clear_stale(p) {
+                        stored.push(p);
+                    }
+                }
                 was => {
                     // Out of the counts (through busy), into `now`, which counts nowhere.
                     self.take(p);
                     self.set(p, now);
-                    if was == Page::Evicted {
+                    // A stale slot goes now too, not at the evictor's next look.
+                    if was == Page::Evicted || self.clear_stale(p) {
                         stored.push(p);
                     }
                 }

@@ -80,18 +80,23 @@ fn a_system_call_into_a_missing_page_fails_in_thread_and_is_served_by_handlers()
     assert_eq!(read_into_missing_page(&mut region).unwrap(), 16);
 }
 
-#[test]
-fn slots_of_pages_read_back_in_thread_are_freed_by_the_evictor() {
-    let pages = 256;
-    // Room for every page: nothing is evicted after the explicit round below.
-    let Some(mut region) = region_or_skip(pages * PAGE, config_in(FaultMode::InThread, pages))
-    else {
-        return;
-    };
+/// An in-thread region of `pages` pages with room for all of them (nothing is evicted
+/// but by the caller), each written with its pattern, then all evicted.
+fn all_evicted(pages: usize) -> Option<uswap::Region> {
+    let mut region = region_or_skip(pages * PAGE, config_in(FaultMode::InThread, pages))?;
     for p in 0..pages {
         region.write(p * PAGE, &page_of(p as u64)).unwrap();
     }
     assert_eq!(region.evict_oldest(pages).unwrap(), pages);
+    Some(region)
+}
+
+#[test]
+fn slots_of_pages_read_back_in_thread_are_freed_by_the_evictor() {
+    let pages = 256;
+    let Some(region) = all_evicted(pages) else {
+        return;
+    };
     let stored = region.device().mm_stat().orig_data_size;
     assert_eq!(stored, (pages * PAGE) as u64);
     let mut buf = vec![0u8; PAGE];
@@ -115,4 +120,22 @@ fn slots_of_pages_read_back_in_thread_are_freed_by_the_evictor() {
         region.read(p * PAGE, &mut buf).unwrap();
         assert!(buf == page_of(p as u64), "page {p} after the frees");
     }
+}
+
+#[test]
+fn a_discard_frees_the_stale_slots_of_its_pages_at_once() {
+    let Some(region) = all_evicted(64) else {
+        return;
+    };
+    let mut buf = vec![0u8; PAGE];
+    // Fewer than a batch read back: their slots wait for the evictor's next quiet look.
+    for p in 0..8 {
+        region.read(p * PAGE, &mut buf).unwrap();
+    }
+    region.discard(0, 8 * PAGE).unwrap();
+    // What is left on the device is the 56 pages never read back, nothing of the 8.
+    let m = region.device().mm_stat();
+    assert_eq!(m.orig_data_size, (56 * PAGE) as u64, "{}", m.format());
+    region.read(0, &mut buf).unwrap();
+    assert!(buf.iter().all(|&b| b == 0));
 }

@@ -201,10 +201,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Section> {
         rows.push(row);
     }
     for t in &report.tiers {
-        let mut row = vec![
-            format!("tier {} ({})", t.tier.name(), t.faults.name()),
-            "false".into(),
-        ];
+        let mut row = vec![format!("tier {}", t.label()), "false".into()];
         let s = &t.latency;
         let cells = [
             s.avg_us, s.max_us, s.p50_us, s.p60_us, s.p70_us, s.p80_us, s.p90_us, s.p95_us,

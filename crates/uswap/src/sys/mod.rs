@@ -58,7 +58,7 @@ mod signal;
 mod uffd;
 
 pub use mapping::{Mapping, Pager, Snap, Span};
-pub use signal::{Access, InThread, Registration, SLOTS, register as serve_in_thread};
+pub use signal::{Access, InThread, Registration, register as serve_in_thread};
 pub use uffd::{Fault, Features, Fill, MAX_BATCH, Uffd};
 
 /// Bytes in one page (x86-64 and the other 4 KiB-page targets this crate runs on).

@@ -42,7 +42,7 @@ pub trait InThread: Send + Sync {
 }
 
 /// Ranges served at once, process-wide.
-pub const SLOTS: usize = 64;
+const SLOTS: usize = 64;
 
 struct Slot {
     /// Taken by a registration (set before the range is published).

@@ -159,8 +159,9 @@ impl Compressor {
 /// [`search`] for an input of at most [`SMALL_INPUT`] bytes, as the kernel's LZO1X-1 does
 /// a page: the table holds plain positions and is cleared first (16 KiB), a zero entry
 /// offers position 0, and no distance can pass the far-copy limit. Returns where the
-/// pending literals start. Its loop repeats [`search`]'s on purpose: one loop generic over
-/// the table's probe compressed pages 5% slower (`cargo bench -p zram --bench lzo`).
+/// pending literals start. Its loop is [`search`]'s with another probe, kept apart on
+/// purpose: one loop generic over the table's probe compressed pages 5% slower (`cargo
+/// bench -p zram --bench lzo`); what a hit or a zero run emits is shared ([`Emitter`]).
 fn search_small(
     table: &mut [u16; TABLE_LEN],
     src: &[u8],
@@ -174,10 +175,7 @@ fn search_small(
     while ip < limit {
         let seq = read32(src, ip);
         if out.rle && seq == 0 {
-            let run = 4 + zero_run(src, ip + 4, match_end);
-            out.literals(src, lit, ip, false);
-            out.zero_run(run);
-            ip += run;
+            ip = out.zero_run_at(src, lit, ip, match_end);
             lit = ip;
             continue;
         }
@@ -185,14 +183,7 @@ fn search_small(
         let cand = usize::from(*slot);
         *slot = ip as u16;
         if read32(src, cand) == seq {
-            let distance = ip - cand;
-            let mut len = 4 + common_prefix(src, cand + 4, ip + 4, match_end);
-            if out.rle && distance > M3_MAX_DISTANCE {
-                len = avoid_rle_ambiguity(distance, len);
-            }
-            out.literals(src, lit, ip, false);
-            out.copy(distance, len);
-            ip += len;
+            ip = out.match_at(src, lit, ip, cand, match_end);
             lit = ip;
             continue;
         }
@@ -225,10 +216,7 @@ fn search(
     while ip < seg_end {
         let seq = read32(src, ip);
         if out.rle && seq == 0 {
-            let run = 4 + zero_run(src, ip + 4, match_end);
-            out.literals(src, lit, ip, false);
-            out.zero_run(run);
-            ip += run;
+            ip = out.zero_run_at(src, lit, ip, match_end);
             lit = ip;
             continue;
         }
@@ -243,13 +231,7 @@ fn search(
         };
         let distance = ip - cand;
         if distance <= max_distance && read32(src, cand) == seq {
-            let mut len = 4 + common_prefix(src, cand + 4, ip + 4, match_end);
-            if out.rle && distance > M3_MAX_DISTANCE {
-                len = avoid_rle_ambiguity(distance, len);
-            }
-            out.literals(src, lit, ip, false);
-            out.copy(distance, len);
-            ip += len;
+            ip = out.match_at(src, lit, ip, cand, match_end);
             lit = ip;
             continue;
         }
@@ -369,6 +351,38 @@ impl Emitter<'_> {
         } else {
             self.put(&src[from..to]);
         }
+    }
+
+    /// Emits the literals pending since `lit` and the zero run that starts at `ip` (its
+    /// first four bytes known zero); returns where the search goes on.
+    #[inline(always)]
+    fn zero_run_at(&mut self, src: &[u8], lit: usize, ip: usize, match_end: usize) -> usize {
+        let run = 4 + zero_run(src, ip + 4, match_end);
+        self.literals(src, lit, ip, false);
+        self.zero_run(run);
+        ip + run
+    }
+
+    /// Emits the literals pending since `lit` and the match of `ip` against `cand` (their
+    /// first four bytes known equal), extended as far as it goes; returns where the search
+    /// goes on.
+    #[inline(always)]
+    fn match_at(
+        &mut self,
+        src: &[u8],
+        lit: usize,
+        ip: usize,
+        cand: usize,
+        match_end: usize,
+    ) -> usize {
+        let distance = ip - cand;
+        let mut len = 4 + common_prefix(src, cand + 4, ip + 4, match_end);
+        if self.rle && distance > M3_MAX_DISTANCE {
+            len = avoid_rle_ambiguity(distance, len);
+        }
+        self.literals(src, lit, ip, false);
+        self.copy(distance, len);
+        ip + len
     }
 
     /// The bytes of an extended length field whose remainder is `r` (>= 1).

@@ -180,7 +180,7 @@ fn measure(args: &Args, s: &Settings) -> anyhow::Result<Report> {
         Which::All => &[Workload::Sequential, Workload::Random, Workload::Combined],
     };
     let mut runs = Vec::new();
-    // A step per run: the warm-up and four timed runs per workload, three fault tiers.
+    // A step per run: the warm-up and four timed runs per workload, five fault tiers.
     let fault = matches!(args.workload, Which::Fault | Which::All);
     let floor = args.workload == Which::Floor;
     let steps = workloads.len() * 5 + if fault { 5 } else { 0 } + if floor { 3 } else { 0 };
@@ -372,7 +372,7 @@ fn print(r: &Report) {
         "\nprogram-observed latency of each page's first touch per round (us), measured threads"
     );
     println!(
-        "{:<22} {:>9} {:>8} {:>9} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7}",
+        "{:<34} {:>9} {:>8} {:>9} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7}",
         "workload",
         "samples",
         "avg",
@@ -388,7 +388,7 @@ fn print(r: &Report) {
     );
     let row = |name: String, l: &uswap::histogram::Summary, secs: f64| {
         println!(
-            "{name:<22} {:>9} {:>8.2} {:>9.1} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.1}",
+            "{name:<34} {:>9} {:>8.2} {:>9.1} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.1}",
             l.samples,
             l.avg_us,
             l.max_us,
@@ -410,7 +410,7 @@ fn print(r: &Report) {
         );
     }
     for t in &r.tiers {
-        row(tier_name(t), &t.latency, f64::NAN);
+        row(t.label(), &t.latency, f64::NAN);
     }
     for f in &r.floors {
         row(f.wait.name().to_owned(), &f.latency, f64::NAN);
@@ -424,7 +424,7 @@ fn print(r: &Report) {
          timed rounds (all threads); handler time per fault (us)"
     );
     println!(
-        "{:<22} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7} {:>7}",
+        "{:<34} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7} {:>7}",
         "workload",
         "waited",
         "pgfault",
@@ -443,7 +443,7 @@ fn print(r: &Report) {
                   c: &workload::Counts,
                   f: &uswap::histogram::Summary| {
         println!(
-            "{name:<22} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8.2} {:>7.2} {:>7.2} {:>7.2}",
+            "{name:<34} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8.2} {:>7.2} {:>7.2} {:>7.2}",
             waited,
             c.pgfault,
             c.pgmajfault,
@@ -466,7 +466,7 @@ fn print(r: &Report) {
         );
     }
     for t in &r.tiers {
-        counts(tier_name(t), t.waited, &t.counts, &t.fault_latency);
+        counts(t.label(), t.waited, &t.counts, &t.fault_latency);
     }
     for run in &r.runs {
         if let Some(n) = &run.noise_latency {
@@ -502,16 +502,6 @@ fn print(r: &Report) {
             if t.met { "met" } else { "NOT met" }
         );
     }
-}
-
-/// A fault tier's row name: the tier and where its faults were served.
-fn tier_name(t: &TierRun) -> String {
-    let tier = match t.tier {
-        Tier::Compressed => "compressed",
-        Tier::CompressedAlone => "no evict",
-        Tier::WrittenBack => "written back",
-    };
-    format!("{tier}, {}", t.faults.name())
 }
 
 /// Removes the temporary backing file when the bench ends, however it ends.

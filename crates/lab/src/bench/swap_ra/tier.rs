@@ -63,6 +63,13 @@ pub struct TierRun {
     pub bd_reads: u64,
 }
 
+impl TierRun {
+    /// The row's name: the tier and where its faults were served.
+    pub fn label(&self) -> String {
+        format!("{}, {}", self.tier.name(), self.faults.name())
+    }
+}
+
 /// Runs one tier: one thread, no CPU work (the figure is the fault alone).
 pub fn run(s: &Settings, tier: Tier, backing: Option<&Path>) -> anyhow::Result<TierRun> {
     let mut device = s.device();
