@@ -21,7 +21,8 @@
 //! - [`stats`]: counters and the kernel's `mm_stat`, `io_stat`, `debug_stat` formats;
 //! - [`size`]: sizes with K/M/G suffixes;
 //! - [`error`]: the error type and its one mapping to errnos;
-//! - `sys`: the zeroed slot table from the OS (the crate's only `unsafe`).
+//! - `sys`: the zeroed slot table from the OS and the LZO decoder's fast loop (the crate's
+//!   only `unsafe`).
 //!
 //! Files import only files below them in this order: device → policy → (writeback, recompress) →
 //! (pp, shared) → post → store → (backing, chain, same, slot, comp, stats) → (error, size, sys).
@@ -49,7 +50,10 @@ pub mod size;
 pub mod slot;
 pub mod stats;
 mod store;
-#[expect(unsafe_code, reason = "the one module that asks the OS for memory")]
+#[expect(
+    unsafe_code,
+    reason = "the one module that asks the OS for memory or copies without bounds checks"
+)]
 mod sys;
 pub mod writeback;
 

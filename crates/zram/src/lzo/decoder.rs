@@ -6,13 +6,13 @@
 //! hostile stream yields a [`DecodeError`] and never a panic.
 
 use super::DecodeError;
+use crate::sys;
 
 /// The version marker's first byte, and the shortest stream that may carry one.
 const VERSION_MARKER: u8 = 17;
 const MIN_VERSIONED_LEN: usize = 5;
 /// The word a copy moves at a time when the output has room past its end.
 const CHUNK: usize = 8;
-
 /// Decodes one stream of either variant into `dst`, returning the bytes written.
 ///
 /// The whole of `src` must be one stream: input after the end marker is an error, and so
@@ -64,6 +64,7 @@ impl Decoder<'_, '_> {
         }
 
         loop {
+            state = self.fast(state);
             self.at = self.ip;
             let Some(&inst) = self.src.get(self.ip) else {
                 return Err(DecodeError::MissingEndMarker);
@@ -133,6 +134,14 @@ impl Decoder<'_, '_> {
             self.literals(next)?;
             state = next;
         }
+    }
+
+    /// Decodes the common instructions with [`sys::lzo::fast`] and returns the state.
+    fn fast(&mut self, state: usize) -> usize {
+        let run = sys::lzo::fast(self.src, self.dst, self.ip, self.op, state);
+        self.ip = run.ip;
+        self.op = run.op;
+        run.state
     }
 
     fn truncated(&self) -> DecodeError {

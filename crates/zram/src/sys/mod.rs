@@ -1,4 +1,5 @@
-//! The only module of this crate with `unsafe` code: a zeroed table from the OS.
+//! The only module of this crate with `unsafe` code: a zeroed table from the OS, and the
+//! LZO decoder's fast loop ([`lzo`]).
 //!
 //! # Safety
 //!
@@ -6,6 +7,8 @@
 //! all-zero bytes are a valid `AtomicU64`, and the box frees with that same layout.
 
 use std::sync::atomic::AtomicU64;
+
+pub(crate) mod lzo;
 
 /// `n` atomics, all 0, whose memory becomes resident only where it is first touched: a
 /// large zeroed allocation comes from fresh anonymous pages, which the OS fills on demand.
