@@ -125,7 +125,6 @@ impl Pool {
             }
             return Err(Error::TooManyObjects);
         };
-        inner.epoch += 1;
         let handle = Handle::encode(pos, generation, entry);
         let meta = inner.meta_mut(id);
         if geom.header > 0 {

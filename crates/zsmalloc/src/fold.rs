@@ -445,7 +445,6 @@ fn fold_local(
         }),
     );
     inner.add_ref(anchor);
-    inner.epoch += 1;
     Some(inner.release_object(geom, loc))
 }
 
@@ -526,7 +525,6 @@ fn alias_remote(
         inner.unindex(geom, candidate.entry);
     }
     inner.handles.set(candidate.entry, Slot::Alias(target));
-    inner.epoch += 1;
     Some(inner.release_object(geom, loc))
 }
 

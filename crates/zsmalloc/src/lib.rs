@@ -41,6 +41,7 @@ mod zspage;
 mod alloc;
 mod compact;
 pub mod fold;
+mod index;
 mod invariants;
 mod merge;
 pub mod pool;

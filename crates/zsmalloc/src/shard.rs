@@ -85,6 +85,13 @@ impl ShardLock {
     /// Takes the lock (the pool lock first, if there is one).
     #[inline]
     pub fn lock(&self) -> ShardGuard<'_> {
+        // Spin a while before sleeping: holds are short (compaction and merging let go
+        // every few microseconds), while a sleeping waiter's wake-up takes 50–150 µs on an
+        // idle virtual CPU (the uswap fault bench: reads waiting on a shard lock were
+        // 1–2% of faults at 100–250 µs; with the spin, 0.2% at ~60 µs).
+        if let Some(guard) = crate::sync::spin(|| self.try_lock()) {
+            return guard;
+        }
         let pool = self.pool.as_ref().map(|p| p.lock());
         ShardGuard {
             shard: self.shard.lock(),
@@ -137,11 +144,6 @@ pub(crate) struct ShardInner {
     /// Objects all the zspages hold, and their pages (short zspages hold fewer).
     pub capacity: usize,
     pub pages: usize,
-    /// Bumped by every change of which entries locate which objects (malloc, free of a
-    /// located entry, making an object shared, folding, migration; not issuing or freeing an
-    /// alias, which locates nothing): compaction keeps its object index across lock holds while
-    /// nothing else changed the shard.
-    pub epoch: u64,
 }
 
 impl ShardInner {
@@ -155,7 +157,6 @@ impl ShardInner {
             zspage_count: 0,
             capacity: 0,
             pages: 0,
-            epoch: 0,
         }
     }
 

@@ -96,7 +96,6 @@ impl ShardInner {
         if flags.has(Flags::INDEXED) {
             self.reindex(geom, loc, entry, anchor);
         }
-        self.epoch += 1;
         Some(anchor)
     }
 
@@ -121,7 +120,6 @@ impl ShardInner {
             shard: pos,
             entry: anchor,
         };
-        // An alias locates nothing: compaction's object index (`epoch`) is not affected.
         let issued = self.handles.alloc_slot(Slot::Alias(here))?;
         self.add_ref(anchor);
         Some(issued)
@@ -178,7 +176,6 @@ impl ShardInner {
         }
         let owner_gen = self.handles.generation(owner);
         self.handles.free(owner, owner_gen);
-        self.epoch += 1;
         self.release_object(geom, loc)
     }
 

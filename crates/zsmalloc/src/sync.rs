@@ -6,6 +6,31 @@
 mod imp {
     pub use parking_lot::{Mutex, MutexGuard};
     pub use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+
+    /// How long [`spin`] tries before the caller sleeps on the lock.
+    const SPIN_FOR: std::time::Duration = std::time::Duration::from_micros(25);
+    /// Tries between two looks at the clock.
+    const SPIN_TRIES: usize = 32;
+
+    /// Calls `try_take` until it gives something or [`SPIN_FOR`] has passed.
+    #[inline]
+    pub fn spin<T>(mut try_take: impl FnMut() -> Option<T>) -> Option<T> {
+        if let Some(taken) = try_take() {
+            return Some(taken);
+        }
+        let start = std::time::Instant::now();
+        loop {
+            for _ in 0..SPIN_TRIES {
+                std::hint::spin_loop();
+                if let Some(taken) = try_take() {
+                    return Some(taken);
+                }
+            }
+            if start.elapsed() >= SPIN_FOR {
+                return None;
+            }
+        }
+    }
 }
 
 #[cfg(shuttle)]
@@ -31,6 +56,12 @@ mod imp {
                 Err(std::sync::TryLockError::WouldBlock) => None,
             }
         }
+    }
+
+    /// No spinning under `shuttle`: its scheduler explores who gets the lock, and time
+    /// would make its runs differ.
+    pub fn spin<T>(_try_take: impl FnMut() -> Option<T>) -> Option<T> {
+        None
     }
 }
 
