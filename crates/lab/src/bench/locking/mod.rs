@@ -209,6 +209,7 @@ pub fn run(args: &Args) -> anyhow::Result<LockingReport> {
         for (side, config) in sides.sides.iter().zip(&mut configs) {
             crate::progress::doing(&format!("fs_mark run {run} on {}", side.name));
             let rate = fs_mark.run(&side.mounted.dir, run)?;
+            side.compact()?;
             outln!("fs_mark  {:14} run {run}: {rate:.1} files/s", side.name);
             config.files_per_s.push(rate);
             crate::progress::tick("");
@@ -219,6 +220,7 @@ pub fn run(args: &Args) -> anyhow::Result<LockingReport> {
             for (side, config) in sides.sides.iter().zip(&mut configs) {
                 crate::progress::doing(&format!("build run {run} on {}", side.name));
                 let t = b.run(&side.mounted.dir, run)?;
+                side.compact()?;
                 outln!(
                     "build    {:14} run {run}: real {:.2} s, user {:.2} s, sys {:.2} s",
                     side.name,

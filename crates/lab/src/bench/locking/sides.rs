@@ -7,6 +7,8 @@
 
 use std::path::{Path, PathBuf};
 
+use anyhow::Context;
+
 use zram::{Algorithm, Locking, Size, ZramConfig};
 use zramd::serve::{DeviceSpec, ServeOptions, Server};
 
@@ -21,6 +23,19 @@ pub struct Side {
     pub locking: Option<Locking>,
     /// The filesystem.
     pub mounted: Mounted,
+    /// The device's `compact` attribute.
+    compact: PathBuf,
+}
+
+impl Side {
+    /// Compacts the device (after a run's delete, sync and trim), so that the next run
+    /// starts from a settled device rather than beside a compaction of what the trim
+    /// freed: zramd's automatic compaction would otherwise run in the background of the
+    /// next runs (the kernel compacts only when told). Both sides are compacted alike.
+    pub fn compact(&self) -> anyhow::Result<()> {
+        std::fs::write(&self.compact, b"1\n")
+            .with_context(|| format!("writing {}", self.compact.display()))
+    }
 }
 
 /// Stops the server when dropped.
@@ -90,12 +105,14 @@ impl Sides {
             ..ServeOptions::default()
         })?);
         for &locking in modes {
-            let disk: PathBuf = fuse.join(device_name(locking)).join("disk");
-            let mounted = Mounted::new(&disk, true, tmp.join(format!("ext4-{locking}")))?;
+            let dir = fuse.join(device_name(locking));
+            let mounted =
+                Mounted::new(&dir.join("disk"), true, tmp.join(format!("ext4-{locking}")))?;
             me.sides.push(Side {
                 name: format!("zramd {locking}"),
                 locking: Some(locking),
                 mounted,
+                compact: dir.join("compact"),
             });
         }
         if no_kernel {
@@ -111,6 +128,7 @@ impl Sides {
                 name: "kernel".into(),
                 locking: None,
                 mounted,
+                compact: dev.attr("compact"),
             });
         }
         Ok(me)
