@@ -260,6 +260,9 @@ impl Zram {
         // In range, so no longer than the device's slot table spans in memory.
         let len = usize::try_from(len).map_err(|_| Error::InvalidSize(len.to_string()))?;
         self.for_slots(offset, len, |index, at, range| {
+            if self.store.zero_if_vacant(index, range.len()) {
+                return Ok(());
+            }
             self.store
                 .zero(&mut self.store.lock(index), at, range.len())
         })?;

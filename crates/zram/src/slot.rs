@@ -161,6 +161,13 @@ impl SlotTable {
         }
     }
 
+    /// Does slot `index` hold nothing, as read without its lock? (An answer that a write
+    /// racing with the caller may overtake, as it may overtake any unordered request.)
+    pub fn vacant(&self, index: usize) -> bool {
+        let w = &self.words[2 * index..2 * index + 2];
+        w[0].load(Relaxed) == 0 && w[1].load(Relaxed) == 0
+    }
+
     /// Bytes of memory the table spans (its pages become resident as slots are first used,
     /// so the process may hold less).
     pub fn metadata_bytes(&self) -> usize {
