@@ -1,6 +1,6 @@
 //! The storage path: read, write and free of one slot under its lock — the kernel's
 //! `zram_read_page`, `zram_write_page` and `zram_free_page`, per slot. [`Zram`](crate::Zram)
-//! splits requests into slots and calls these; nothing else touches the slot table.
+//! splits requests into slots and calls these; nothing else changes the slot table.
 //!
 //! A slot is one page by default (the kernel's model: with `unit_size` 4 KiB every rule
 //! below is the kernel's per-page rule), or, beyond the kernel and opt-in with
@@ -93,7 +93,7 @@ pub(crate) struct Store {
     disksize: u64,
     unit_size: usize,
     pool: Arc<dyn Backend>,
-    table: SlotTable,
+    pub(crate) table: SlotTable,
     codecs: Codecs,
     backing: Option<Arc<dyn Backing>>,
     /// Holders of the file copies that several written-back slots name (writeback writes a
@@ -314,21 +314,6 @@ impl Store {
             whole[at..at + data.len()].copy_from_slice(data);
         })
         .map(drop)
-    }
-
-    /// Zeroes `len` bytes of slot `index` without taking its lock when the slot holds
-    /// nothing, as [`zero`](Self::zero) would count it; returns whether it did. A discard
-    /// of a filesystem's free space crosses mostly empty slots, and the lock of each (a
-    /// stripe that the server's other threads take too) cost more than all else
-    /// (`zramd bench locking`: a fifth of the FUSE threads' time).
-    pub(crate) fn zero_if_vacant(&self, index: usize, len: usize) -> bool {
-        if !self.table.vacant(index) {
-            return false;
-        }
-        if len == self.slot_len(index) {
-            Counters::add(&self.counters.notify_free, self.pages(index));
-        }
-        true
     }
 
     /// Makes `len` bytes at `at` of the locked slot read back as zeroes, freeing the slot
