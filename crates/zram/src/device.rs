@@ -260,19 +260,7 @@ impl Zram {
         // In range, so no longer than the device's slot table spans in memory.
         let len = usize::try_from(len).map_err(|_| Error::InvalidSize(len.to_string()))?;
         self.for_slots(offset, len, |index, at, range| {
-            // A discard of a filesystem's free space crosses mostly empty slots: those are
-            // skipped without their lock (a stripe the server's other threads take too),
-            // counted as `Store::zero` counts them. The locks took a fifth of the FUSE
-            // threads' time in `zramd bench locking`.
-            if self.store.table.vacant(index) {
-                if range.len() == self.store.slot_len(index) {
-                    let pages = self.store.pages(index);
-                    Counters::add(&self.store.counters().notify_free, pages);
-                }
-                return Ok(());
-            }
-            self.store
-                .zero(&mut self.store.lock(index), at, range.len())
+            self.store.zero(index, at, range.len())
         })?;
         self.nudge_compactor();
         Ok(())

@@ -15,8 +15,7 @@
 //! is dropped from the index), and a zspage that the index missed objects of (stored since
 //! it was built) is noticed when it does not come out empty, and the index is built anew.
 //! So a pass over the handle table is paid once per compaction, not once per hold, which
-//! under a steady stream of frees (a uswap region frees a slot per fault) was every hold:
-//! a class shard of 60,000 entries kept faults waiting 50–100 µs.
+//! under a steady stream of frees (a uswap region frees a slot per fault) was every hold.
 //! The shard lock is held for steps that move up to [`HOLD_BYTES`] at a time (a step
 //! empties one zspage or fills one), so a `malloc`, `free` or read of the same shard waits
 //! for a few microseconds of copying at most, not for a batch of whole zspages.
@@ -24,8 +23,8 @@
 use std::sync::atomic::Ordering;
 
 use crate::class::ClassGeometry;
-use crate::handle::{Location, Slot};
-use crate::index::{NIL, ObjectIndex};
+use crate::handle::Location;
+use crate::index::ObjectIndex;
 use crate::pool::Pool;
 use crate::shard::{ClassShard, ShardInner};
 use crate::sys::PAGE_SIZE;
@@ -152,9 +151,8 @@ impl Pool {
         };
         let mut freed: isize = 0;
         for src in candidates {
-            if index.is_none() {
-                index = Some(ObjectIndex::build(shard));
-            }
+            // Built outside the lock; anew after a zspage it missed objects of.
+            let objects = index.get_or_insert_with(|| ObjectIndex::build(shard));
             let wanted = {
                 let inner = shard.inner.lock();
                 match inner.zspages.get(src as usize).and_then(Option::as_ref) {
@@ -176,10 +174,8 @@ impl Pool {
                         if m.inuse > 0 && m.inuse as usize <= objs && wanted < m.run.pages() =>
                     {
                         let dst = inner.add_zspage(ZsPage::new(run, objs));
-                        if let Some(objects) = index.as_mut() {
-                            objects.fit(&inner);
-                            migrate(&mut inner, &geom, src, dst, objects);
-                        }
+                        objects.fit(&inner);
+                        migrate(&mut inner, &geom, src, dst, objects);
                         // Everything fits, so `src` is empty now, unless the index missed
                         // objects stored since it was built: then it is built anew for the
                         // next, and what moved stays in `dst` (which goes if nothing did).
@@ -213,8 +209,8 @@ impl Pool {
 pub(crate) const HOLD_BYTES: usize = 32 * 1024;
 
 /// Moves objects from `src` into `dst` until `src` is empty or `dst` is full, re-pointing
-/// their handles (the kernel's `migrate_zspage`); returns how many moved. An in-object header moves with the
-/// object's bytes and stays right, since the handle does not change.
+/// their handles (the kernel's `migrate_zspage`); returns how many moved. An in-object
+/// header moves with the object's bytes and stays right, since the handle does not change.
 fn migrate(
     inner: &mut ShardInner,
     geom: &ClassGeometry,
@@ -229,15 +225,7 @@ fn migrate(
     let mut src = take(inner, src_id);
     let mut dst = take(inner, dst_id);
     let mut moved = 0;
-    while cur != NIL {
-        let entry = cur;
-        cur = index.next(entry);
-        // Still an object of `src`? (It may have been freed, made an alias, or moved by
-        // another compaction since the index was built: then it leaves the index.)
-        let obj = match inner.handles.live_slot(entry) {
-            Some(Slot::Located(loc, _)) if loc.zspage == src_id => loc.obj,
-            _ => continue,
-        };
+    while let Some((entry, Location { obj, .. }, _)) = index.next_object(&mut cur, &inner.handles) {
         if dst.inuse == dst.objs {
             index.push(src_id, entry);
             continue;

@@ -2,7 +2,7 @@
 //! the handle table (objects need not carry their handle, `Header::Omitted`). Used by
 //! compaction (`compact.rs`) and by merging shards (`merge.rs`).
 
-use crate::handle::Slot;
+use crate::handle::{Flags, HandleTable, Location, Slot};
 use crate::shard::{ClassShard, ShardInner};
 
 /// Handle-table entries the object index reads per hold of a shard lock (a few
@@ -23,7 +23,14 @@ pub(crate) struct ObjectIndex {
 }
 
 /// The end of a list.
-pub(crate) const NIL: u32 = u32::MAX;
+const NIL: u32 = u32::MAX;
+
+/// A list taken out of the index ([`ObjectIndex::take`]), read with
+/// [`ObjectIndex::next_object`]; what is not put back ([`ObjectIndex::push`]) leaves it.
+pub(crate) struct Cursor {
+    zspage: u32,
+    at: u32,
+}
 
 impl ObjectIndex {
     /// One pass over the shard's handle table, [`BUILD_ENTRIES`] entries per hold of the
@@ -62,14 +69,34 @@ impl ObjectIndex {
         }
     }
 
-    /// Takes the list of `zspage` (its first entry, or [`NIL`]), leaving it empty.
-    pub(crate) fn take(&mut self, zspage: u32) -> u32 {
-        std::mem::replace(&mut self.first[zspage as usize], NIL)
+    /// Takes the list of `zspage`, leaving it empty: a cursor for
+    /// [`next_object`](Self::next_object).
+    pub(crate) fn take(&mut self, zspage: u32) -> Cursor {
+        Cursor {
+            zspage,
+            at: std::mem::replace(&mut self.first[zspage as usize], NIL),
+        }
     }
 
-    /// The entry after `entry` in its list, or [`NIL`].
-    pub(crate) fn next(&self, entry: u32) -> u32 {
-        self.next[entry as usize]
+    /// The next object of the taken list, as `(entry, location, flags)`: entries that no
+    /// longer locate an object of that zspage (freed, made an alias, or moved since the
+    /// index was built) are passed over, and leave the index.
+    pub(crate) fn next_object(
+        &self,
+        cur: &mut Cursor,
+        handles: &HandleTable,
+    ) -> Option<(u32, Location, Flags)> {
+        while cur.at != NIL {
+            let entry = cur.at;
+            cur.at = self.next[entry as usize];
+            match handles.live_slot(entry) {
+                Some(Slot::Located(loc, flags)) if loc.zspage == cur.zspage => {
+                    return Some((entry, loc, flags));
+                }
+                _ => {}
+            }
+        }
+        None
     }
 
     /// Puts `entry` at the head of `zspage`'s list (it must be in no list now).

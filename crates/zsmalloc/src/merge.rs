@@ -32,7 +32,7 @@
 use crate::class::ClassGeometry;
 use crate::compact::HOLD_BYTES;
 use crate::handle::{AnchorRef, Flags, Handle, Location, Slot};
-use crate::index::{NIL, ObjectIndex};
+use crate::index::ObjectIndex;
 use crate::pool::Pool;
 use crate::shard::{ClassShard, ShardInner};
 use crate::sharing::{Anchor, content_hash};
@@ -100,15 +100,8 @@ impl Pool {
                 let mut moved = 0;
                 for z in zspages {
                     let mut cur = index.take(z);
-                    while cur != NIL {
-                        let entry = cur;
-                        cur = index.next(entry);
-                        // Still an object of `z`? (It may have gone since the index was
-                        // built: then it leaves the index.)
-                        let (loc, flags) = match src.handles.live_slot(entry) {
-                            Some(Slot::Located(loc, flags)) if loc.zspage == z => (loc, flags),
-                            _ => continue,
-                        };
+                    while let Some((entry, loc, flags)) = index.next_object(&mut cur, &src.handles)
+                    {
                         if stop != Stop::Done {
                             // Stopped: the rest of the list goes back.
                             index.push(z, entry);
@@ -327,7 +320,6 @@ fn move_object(
             entry: anchor,
         }),
     );
-    // Both shards' entries changed what they locate: compaction indexes are stale.
     dst.fix_group(to);
     Ok(src.release_object(geom, from.loc))
 }

@@ -13,6 +13,7 @@ const VERSION_MARKER: u8 = 17;
 const MIN_VERSIONED_LEN: usize = 5;
 /// The word a copy moves at a time when the output has room past its end.
 const CHUNK: usize = 8;
+
 /// Decodes one stream of either variant into `dst`, returning the bytes written.
 ///
 /// The whole of `src` must be one stream: input after the end marker is an error, and so
