@@ -1,5 +1,6 @@
-//! Eviction: the oldest resident pages go to the device and leave the mapping. For each run
-//! of pages: write-protect and copy them (a writer now blocks), store each on the device,
+//! Eviction: the oldest resident pages go to the device and leave the mapping, a cluster at
+//! a time. For each run of pages: write-protect and copy them (a writer now blocks; one
+//! call protects a cluster's runs together), store each on the device,
 //! drop the stored ones (`MADV_DONTNEED`), and only then mark them evicted; blocked writers
 //! are released by the handler once the pages settle, and fault them back in. A page the
 //! device refuses (`mem_limit`, out of memory) is unprotected and stays resident, oldest
@@ -108,11 +109,16 @@ pub(crate) fn run(shared: Arc<Shared>) {
             }
         }
         let low = low_water(shared.budget);
+        let mut first = true;
         loop {
             let resident = shared.table.lock().resident();
-            if resident <= low || shared.stopping() {
+            // After a round, only while still over budget: a round for the few pages
+            // filled meanwhile would cost a write-protect and a drop (a TLB flush each)
+            // for a handful of pages; they go with the next wake-up's full round.
+            if resident <= low || (!first && resident <= shared.budget) || shared.stopping() {
                 break;
             }
+            first = false;
             match evict(&shared, (resident - low).min(EVICT_BATCH)) {
                 Ok(r) if r.refused || r.evicted == 0 => break,
                 Ok(_) => {}
@@ -137,12 +143,18 @@ pub(crate) fn run(shared: Arc<Shared>) {
 /// stores it (the store replaced the slot); while the round has it busy, the evictor's
 /// frees leave it alone.
 pub(crate) fn evict(shared: &Shared, n: usize) -> Result<Round, String> {
-    let mut pages = shared.table.lock().take_oldest(n);
+    let (pages, spans) = {
+        let mut t = shared.table.lock();
+        let mut pages = t.take_oldest(n);
+        pages.sort_unstable();
+        let spans = t.protect_spans(&pages);
+        (pages, spans)
+    };
     let mut round = Round::default();
     if pages.is_empty() {
         return Ok(round);
     }
-    pages.sort_unstable();
+    protect_spans(shared, &spans);
     let mut buf = vec![0u8; pages.len() * PAGE_SIZE];
     let mut fates = Vec::with_capacity(pages.len());
     for run in runs(&pages) {
@@ -162,6 +174,22 @@ pub(crate) fn evict(shared: &Shared, n: usize) -> Result<Round, String> {
         *shared.backoff.lock() = Some(Instant::now() + BACKOFF);
     }
     Ok(round)
+}
+
+/// Write-protects each span of the round in one call (see
+/// [`Table::take_oldest`](crate::table::Table::take_oldest) for why): the copies that follow
+/// protect each run again, which changes nothing where a span already did and costs no TLB
+/// flush. A span the kernel refuses (part of it was unmapped meanwhile) is left to those
+/// per-run calls.
+fn protect_spans(shared: &Shared, spans: &[(usize, usize)]) {
+    for &(first, count) in spans {
+        if count == 1 {
+            continue;
+        }
+        if let Err(e) = shared.pager.protect(&shared.uffd, first, count) {
+            tracing::debug!("uswap: write-protecting pages {first}+{count} at once: {e}");
+        }
+    }
 }
 
 /// Frees the slots faulting threads left stale ([`crate::table::Table::hold_stale`]): the

@@ -40,13 +40,22 @@ impl Page {
     }
 }
 
+/// Pages an eviction round may take around its oldest page: one page-table page's worth
+/// (2 MiB), the span one write-protect call covers while holding one page-table lock.
+pub(crate) const CLUSTER: usize = 512;
+
 /// The page table.
 #[derive(Debug)]
 pub(crate) struct Table {
     pages: Vec<Page>,
-    /// Resident pages in fill order, oldest first; entries whose page has since left
-    /// residency are skipped when popped.
-    fifo: VecDeque<u32>,
+    /// Resident pages in fill order, oldest first, each with its fill's stamp; an entry
+    /// whose page has since left residency, or was filled again (another stamp), is
+    /// skipped when popped.
+    fifo: VecDeque<(u32, u32)>,
+    /// Per page: the stamp of its last fill (a count of fills, wrapping).
+    stamp: Vec<u32>,
+    /// The next fill's stamp.
+    seq: u32,
     resident: usize,
     evicted: usize,
     /// Pages in the `Busy` state.
@@ -67,6 +76,8 @@ impl Table {
         Self {
             pages: vec![Page::Untouched; pages],
             fifo: VecDeque::new(),
+            stamp: vec![0; pages],
+            seq: 0,
             resident: 0,
             evicted: 0,
             busy: 0,
@@ -165,7 +176,19 @@ impl Table {
         debug_assert!(self.pages[page] == Page::Busy && now.is_resident());
         self.pages[page] = now;
         self.busy -= 1;
-        self.fifo.push_back(page as u32);
+        self.push_youngest(page);
+    }
+
+    /// `page` joins the FIFO as youngest, with a new stamp.
+    fn push_youngest(&mut self, page: usize) {
+        self.stamp[page] = self.seq;
+        self.fifo.push_back((page as u32, self.seq));
+        self.seq = self.seq.wrapping_add(1);
+    }
+
+    /// Fills since `page`'s last fill.
+    fn age(&self, page: usize) -> u32 {
+        self.seq.wrapping_sub(self.stamp[page])
     }
 
     /// A read-ahead page the program used.
@@ -181,15 +204,16 @@ impl Table {
         debug_assert_eq!(self.pages[page], Page::Busy);
         self.set(page, now);
         if now.is_resident() {
-            self.fifo.push_back(page as u32);
+            self.push_youngest(page);
         }
     }
 
-    /// A busy page whose eviction failed goes back resident, still the oldest.
+    /// A busy page whose eviction failed goes back resident, still the oldest (its stamp
+    /// kept).
     pub fn settle_oldest(&mut self, page: usize, now: Page) {
         self.set(page, now);
         if now.is_resident() {
-            self.fifo.push_front(page as u32);
+            self.fifo.push_front((page as u32, self.stamp[page]));
         }
     }
 
@@ -205,25 +229,74 @@ impl Table {
         self.pages[page] = now;
     }
 
-    /// Takes up to `n` of the oldest resident pages for eviction (marked busy).
+    /// Takes up to `n` resident pages for eviction (marked busy), in clusters: the oldest
+    /// resident page, then the pages of its [`CLUSTER`] (the aligned block around it) that
+    /// are in the older half of the resident pages (more than `resident / 2` fills old),
+    /// then the next oldest page's cluster, until `n`.
+    ///
+    /// Why clusters rather than the `n` oldest pages alone: eviction write-protects what it
+    /// copies, and every write-protect call of a page the program has mapped makes the
+    /// kernel flush that page from the TLB of every CPU the program runs on, an interrupt
+    /// on each (the program's own threads among them, mid-fault or mid-work). Under random
+    /// access the `n` oldest pages lie far apart, one call each; a cluster's pages go with
+    /// one call. The kernel's reclaim batches its flushes the same way. An older-half page
+    /// of the same cluster goes a little before its turn, which LRU-like policies tolerate.
     pub fn take_oldest(&mut self, n: usize) -> Vec<usize> {
         let mut out = Vec::with_capacity(n);
+        let min_age = (self.resident / 2) as u32;
         while out.len() < n {
-            let Some(page) = self.fifo.pop_front() else {
+            let Some((page, stamp)) = self.fifo.pop_front() else {
                 break;
             };
             let page = page as usize;
-            if self.pages[page].is_resident() {
-                self.take(page);
-                out.push(page);
+            if !self.pages[page].is_resident() || self.stamp[page] != stamp {
+                continue;
+            }
+            self.take(page);
+            out.push(page);
+            let start = page / CLUSTER * CLUSTER;
+            for p in start..(start + CLUSTER).min(self.pages.len()) {
+                if out.len() == n {
+                    break;
+                }
+                if self.pages[p].is_resident() && self.age(p) > min_age {
+                    // Its FIFO entry stays behind, skipped when popped (the page leaves
+                    // residency now; a later fill gives it a new stamp).
+                    self.take(p);
+                    out.push(p);
+                }
             }
         }
         // Entries of pages that left residency otherwise linger; keep the queue bounded.
         if self.fifo.len() > 2 * self.resident + 1024 {
-            let pages = &self.pages;
-            self.fifo.retain(|&p| pages[p as usize].is_resident());
+            let (pages, stamps) = (&self.pages, &self.stamp);
+            self.fifo
+                .retain(|&(p, s)| pages[p as usize].is_resident() && stamps[p as usize] == s);
         }
         out
+    }
+
+    /// Splits the sorted pages of an eviction round into spans to write-protect one call
+    /// each: consecutive pages of one [`CLUSTER`] share a span unless a retired page lies
+    /// between them (retired pages may be unmapped, which a call must not cover). Returns
+    /// `(first, count)` spans; the pages between a span's round pages are protected too,
+    /// and a write to one of them is released as any write-protect fault is.
+    pub fn protect_spans(&self, pages: &[usize]) -> Vec<(usize, usize)> {
+        let mut spans: Vec<(usize, usize)> = Vec::new();
+        for &p in pages {
+            if let Some((first, count)) = spans.last_mut() {
+                let end = *first + *count;
+                if p >= end
+                    && p / CLUSTER == *first / CLUSTER
+                    && !self.pages[end..p].contains(&Page::Gone)
+                {
+                    *count = p + 1 - *first;
+                    continue;
+                }
+            }
+            spans.push((p, 1));
+        }
+        spans
     }
 
     /// Updates the faulting range's window for a major fault on `page` and plans the
@@ -371,6 +444,48 @@ mod tests {
         t.settle(5, Page::Evicted);
         t.settle(2, Page::Evicted);
         assert_eq!((t.resident(), t.evicted()), (0, 3));
+        t.check();
+    }
+
+    #[test]
+    fn eviction_takes_the_older_half_of_the_oldest_pages_cluster_and_spans_skip_retired() {
+        let n = 3 * CLUSTER;
+        let mut t = Table::new(n, 0, ReadaheadConfig::default());
+        let fill = |t: &mut Table, p: usize| {
+            t.take_for_fill(p);
+            t.settle_filled(p, Page::Resident);
+        };
+        // Oldest first: page 0, then page 700 (second cluster), then the even pages of the
+        // first cluster up to 60, then page 1300 (third cluster), then the odd pages up
+        // to 61.
+        fill(&mut t, 0);
+        fill(&mut t, 700);
+        for p in (2..62).step_by(2) {
+            fill(&mut t, p);
+        }
+        fill(&mut t, 1300);
+        for p in (1..62).step_by(2) {
+            fill(&mut t, p);
+        }
+        assert_eq!(t.resident(), 64);
+        // The oldest page, with the pages of its cluster more than 32 fills old: the even
+        // ones, before page 700, which is older than they are (page 1300 and the odd pages
+        // are younger).
+        let taken = t.take_oldest(12);
+        assert_eq!(taken, [0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22]);
+        // One call covers the cluster's pages and the young odd pages between them,
+        // unless a retired page lies between.
+        assert_eq!(t.protect_spans(&taken), [(0, 23)]);
+        t.retire(9, 1);
+        assert_eq!(t.protect_spans(&taken), [(0, 9), (10, 13)]);
+        for &p in &taken {
+            t.settle(p, Page::Evicted);
+        }
+        // Page 4 comes back: the FIFO entry it left behind when the cluster took it does
+        // not make it the oldest again. Page 700 goes alone: its cluster holds no other.
+        t.take_for_fill(4);
+        t.settle_filled(4, Page::Resident);
+        assert_eq!(t.take_oldest(2), [700, 24]);
         t.check();
     }
 

@@ -338,6 +338,36 @@ fn a_page_the_program_made_unreadable_stays_resident(mode: FaultMode) {
     }
 }
 
+/// Eviction write-protects a cluster's pages with one call, young resident pages between
+/// them included: a write to one of those is released at once and lands, and no byte of
+/// the evicted ones is lost.
+fn a_write_between_evicted_pages_of_a_cluster_goes_through(mode: FaultMode) {
+    let pages = 64;
+    let Some(mut region) = region_or_skip(pages * PAGE, config_in(mode, pages)) else {
+        return;
+    };
+    // The even pages first (the old ones), then the odd ones.
+    let order = (0..pages).step_by(2).chain((1..pages).step_by(2));
+    for p in order {
+        region.write(p * PAGE, &page_of(p as u64)).unwrap();
+    }
+    assert_eq!(region.evict_oldest(8).unwrap(), 8);
+    let s = region.stats();
+    assert_eq!((s.evicted_pages, s.wp_faults), (8, 0));
+    // Page 1 lies between evicted pages 0 and 2: protected with them, still resident.
+    region.write(PAGE, &page_of(1000)).unwrap();
+    let s = region.stats();
+    assert_eq!((s.resident_pages, s.evicted_pages), (56, 8));
+    assert!(s.wp_faults >= 1, "the write met no protection: {s:?}");
+    let mut buf = vec![0u8; PAGE];
+    for p in 0..pages {
+        region.read(p * PAGE, &mut buf).unwrap();
+        let want = if p == 1 { 1000 } else { p as u64 };
+        assert!(buf == page_of(want), "page {p}");
+    }
+    assert_eq!(region.stats().failed, None);
+}
+
 /// Each test once per fault mode.
 macro_rules! in_both_modes {
     ($($name:ident),* $(,)?) => {
@@ -366,4 +396,5 @@ in_both_modes!(
     a_page_dropped_behind_the_regions_back_reads_as_zeroes,
     retired_pages_are_never_stored_or_counted_again,
     a_page_the_program_made_unreadable_stays_resident,
+    a_write_between_evicted_pages_of_a_cluster_goes_through,
 );

@@ -433,6 +433,13 @@ impl Pager {
         Ok(vec.iter().map(|b| b & 1 != 0).collect())
     }
 
+    /// Write-protects pages `first..first+count` (a writer then faults until
+    /// [`Self::unprotect`]).
+    pub fn protect(&self, uffd: &Uffd, first: usize, count: usize) -> io::Result<()> {
+        let (offset, len) = self.pages(first, count)?;
+        uffd.write_protect(self.addr() + offset, len, true)
+    }
+
     /// Removes write-protection from pages `first..first+count`, waking blocked writers.
     pub fn unprotect(&self, uffd: &Uffd, first: usize, count: usize) -> io::Result<()> {
         let (offset, len) = self.pages(first, count)?;

@@ -96,7 +96,8 @@ struct SourceInner {
 /// A freed run is given back to the OS at once (`MADV_DONTNEED`), except that up to
 /// `cache_limit` pages of freed runs stay resident for immediate reuse, as the kernel's
 /// per-cpu page lists do: this spares a syscall, a TLB shootdown and a refault per zspage in
-/// alloc/free churn. Cached pages are reported ([`cached_pages`](Self::cached_pages)) and can
+/// alloc/free churn. A run that finds the cache full goes back with half the cache, in one
+/// call. Cached pages are reported ([`cached_pages`](Self::cached_pages)) and can
 /// be released at any time ([`trim`](Self::trim)).
 #[derive(Debug)]
 pub struct PageSource {
@@ -182,11 +183,8 @@ impl PageSource {
             }
             runs
         };
-        let mut released = 0;
-        for &(addr, pages) in &runs {
-            dont_need(addr, pages);
-            released += pages;
-        }
+        dont_need_runs(&runs);
+        let released = runs.iter().map(|&(_, pages)| pages).sum();
         let mut inner = self.inner.lock();
         for (addr, pages) in runs {
             inner.free_run(addr, pages);
@@ -195,9 +193,14 @@ impl PageSource {
         released
     }
 
+    /// Takes a run back: into the cache while it has room; otherwise the run goes back to
+    /// the OS together with enough cached runs to bring the cache down to half its limit,
+    /// in one call where the kernel takes a vector of ranges. Each call that drops pages the
+    /// process has mapped flushes them from the TLB of every CPU it runs on (an interrupt on
+    /// each): releasing in batches costs one flush per batch, not one per zspage.
     fn release(&self, ptr: NonNull<u8>, pages: usize) {
         let addr = ptr.as_ptr() as usize;
-        {
+        let batch = {
             let mut inner = self.inner.lock();
             inner.pages_live -= pages;
             if inner.cached_pages + pages <= self.cache_limit {
@@ -205,11 +208,25 @@ impl PageSource {
                 inner.cache[pages].push(addr);
                 return;
             }
-        }
-        dont_need(addr, pages);
+            let mut batch = vec![(addr, pages)];
+            let keep = self.cache_limit / 2;
+            for len in (1..=MAX_RUN_PAGES).rev() {
+                while inner.cached_pages > keep {
+                    let Some(a) = inner.cache[len].pop() else {
+                        break;
+                    };
+                    inner.cached_pages -= len;
+                    batch.push((a, len));
+                }
+            }
+            batch
+        };
+        dont_need_runs(&batch);
         let mut inner = self.inner.lock();
-        inner.free_run(addr, pages);
-        inner.pages_released += pages as u64;
+        for &(addr, pages) in &batch {
+            inner.free_run(addr, pages);
+            inner.pages_released += pages as u64;
+        }
     }
 
     /// Bytes of bookkeeping the source holds: its lists of free and cached runs and of
@@ -316,6 +333,66 @@ fn dont_need(addr: usize, pages: usize) {
             libc::MADV_DONTNEED,
         );
     }
+}
+
+/// Gives free ranges' memory back to the OS: `(address, pages)` runs, each no run's any
+/// more, inside mapped arenas. Neighbours are joined; the ranges then go in one
+/// `process_madvise(MADV_DONTNEED)` on this process where the kernel takes it (Linux 6.13
+/// allows any advice on the caller's own memory, 6.16 flushes the TLB once per call),
+/// otherwise one `madvise` each (dropping a range twice is harmless).
+fn dont_need_runs(runs: &[(usize, usize)]) {
+    if let [(addr, pages)] = runs {
+        dont_need(*addr, *pages);
+        return;
+    }
+    let mut ranges: Vec<(usize, usize)> = runs.to_vec();
+    ranges.sort_unstable();
+    let mut joined: Vec<(usize, usize)> = Vec::with_capacity(ranges.len());
+    for (addr, pages) in ranges {
+        match joined.last_mut() {
+            Some((start, len)) if *start + *len * PAGE_SIZE == addr => *len += pages,
+            _ => joined.push((addr, pages)),
+        }
+    }
+    let total: usize = joined.iter().map(|&(_, pages)| pages * PAGE_SIZE).sum();
+    if joined.len() > 1 && joined.len() <= 1024 && advise_vectored(&joined) == Some(total) {
+        return;
+    }
+    for (addr, pages) in joined {
+        dont_need(addr, pages);
+    }
+}
+
+/// `process_madvise(MADV_DONTNEED)` of `ranges` (at most `IOV_MAX`, 1024) on this process;
+/// the bytes advised, or `None` where the call failed.
+fn advise_vectored(ranges: &[(usize, usize)]) -> Option<usize> {
+    let iov: Vec<libc::iovec> = ranges
+        .iter()
+        .map(|&(addr, pages)| libc::iovec {
+            iov_base: addr as *mut libc::c_void,
+            iov_len: pages * PAGE_SIZE,
+        })
+        .collect();
+    // SAFETY: `pidfd_open` on this process's own id creates a descriptor and touches no
+    // memory; it is closed below.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) };
+    let pidfd = libc::c_int::try_from(pidfd).ok().filter(|&fd| fd >= 0)?;
+    // SAFETY: every range is free memory inside a mapped arena that no run owns (the
+    // callers' contract, as for `dont_need`); `iov` is read by the kernel during the call
+    // only.
+    let n = unsafe {
+        libc::syscall(
+            libc::SYS_process_madvise,
+            pidfd,
+            iov.as_ptr(),
+            iov.len(),
+            libc::MADV_DONTNEED,
+            0,
+        )
+    };
+    // SAFETY: `pidfd` was opened above and is not used after this.
+    unsafe { libc::close(pidfd) };
+    usize::try_from(n).ok()
 }
 
 /// Takes a run of `pages` from per-length lists: an exact fit, else the front of the
@@ -457,79 +534,4 @@ pub fn malloc_trim() -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn runs_are_zeroed_reused_and_released() {
-        let src = PageSource::new(true, 0);
-        let mut run = src.alloc(3).unwrap();
-        assert!(run.bytes().iter().all(|&b| b == 0));
-        run.bytes_mut()[5000] = 7;
-        let addr = run.bytes().as_ptr() as usize;
-        assert_eq!(src.pages_live(), 3);
-        drop(run);
-        assert_eq!(src.pages_live(), 0);
-        let again = src.alloc(3).unwrap();
-        assert_eq!(
-            again.bytes().as_ptr() as usize,
-            addr,
-            "freed runs are reused"
-        );
-        assert_eq!(again.bytes()[5000], 0, "released pages read back as zero");
-    }
-
-    #[test]
-    fn cache_keeps_a_bounded_number_of_pages_resident() {
-        let src = PageSource::new(true, 4);
-        let mut a = src.alloc(2).unwrap();
-        a.bytes_mut()[0] = 9;
-        let b = src.alloc(3).unwrap();
-        drop(a);
-        assert_eq!(src.cached_pages(), 2);
-        drop(b);
-        assert_eq!(
-            src.cached_pages(),
-            2,
-            "3 more pages would pass the limit of 4"
-        );
-        let again = src.alloc(2).unwrap();
-        assert_eq!(again.bytes()[0], 9, "a cached run is reused as it was");
-        assert_eq!(src.cached_pages(), 0);
-        drop(again);
-        assert_eq!(src.trim(), 2);
-        assert_eq!(src.cached_pages(), 0);
-    }
-
-    #[test]
-    fn released_neighbours_merge_and_serve_longer_runs() {
-        let src = PageSource::new(true, 0);
-        let runs: Vec<PageRun> = (0..3).map(|_| src.alloc(8).unwrap()).collect();
-        let first = runs[0].bytes().as_ptr() as usize;
-        let reserved = src.reserved_bytes();
-        // Freed in an order that merges from both sides.
-        let mut runs = runs.into_iter();
-        let (a, b, c) = (
-            runs.next().unwrap(),
-            runs.next().unwrap(),
-            runs.next().unwrap(),
-        );
-        drop(c);
-        drop(a);
-        drop(b);
-        // One 24-page run: a 16-page request fits at its start, with no new address space.
-        let long = src.alloc(16).unwrap();
-        assert_eq!(long.bytes().as_ptr() as usize, first);
-        // Short runs split off the tail, and merge back when freed.
-        let short = src.alloc(3).unwrap();
-        assert_eq!(short.bytes().as_ptr() as usize, first + 16 * PAGE_SIZE);
-        drop(short);
-        drop(long);
-        let whole = src.alloc(16).unwrap();
-        let rest = src.alloc(8).unwrap();
-        assert_eq!(whole.bytes().as_ptr() as usize, first);
-        assert_eq!(rest.bytes().as_ptr() as usize, first + 16 * PAGE_SIZE);
-        assert_eq!(src.reserved_bytes(), reserved, "no new arena");
-        assert_eq!(src.pages_live(), 24);
-    }
-}
+mod tests;
