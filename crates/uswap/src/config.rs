@@ -101,7 +101,9 @@ impl RegionConfig {
 ///   fault's path (a wake-up and a context switch cost several microseconds on a virtual
 ///   machine). The conditions: the memory is touched from user mode (the region's own
 ///   methods, or code that dereferences it); a system call handed a pointer to a page not in
-///   the mapping fails with `EFAULT` instead of faulting it in; threads that touch it keep
+///   the mapping fails with `EFAULT` instead of faulting it in, and so does one that writes
+///   to a write-protected page (one being evicted, or a resident page between the pages an
+///   eviction took from its cluster, until the program writes it); threads that touch it keep
 ///   SIGBUS unblocked, and nothing replaces the SIGBUS handler while regions live; and the
 ///   code touching it holds none of the locks the fault path takes (the region's table, the
 ///   device's, the allocator's: `malloc`), which rules out using a region as the heap of the

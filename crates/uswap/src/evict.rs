@@ -154,12 +154,15 @@ pub(crate) fn evict(shared: &Shared, n: usize) -> Result<Round, String> {
     if pages.is_empty() {
         return Ok(round);
     }
-    protect_spans(shared, &spans);
+    if shared.protects_spans() {
+        protect_spans(shared, &spans);
+    }
     let mut buf = vec![0u8; pages.len() * PAGE_SIZE];
     let mut fates = Vec::with_capacity(pages.len());
     for run in runs(&pages) {
         if round.refused {
-            // The device refused an earlier page: these are not even protected.
+            // The device refused an earlier page: these are not copied (their cluster's
+            // span may have protected them: a writer is released as usual).
             fates.extend(run.iter().map(|_| Fate::Untaken));
             continue;
         }
@@ -235,8 +238,8 @@ enum Fate {
     /// The device refused it, or one before it in its run: it stays resident, still the
     /// oldest.
     Kept,
-    /// In a run after the device refused a page: never protected, it stays resident,
-    /// still the oldest.
+    /// In a run after the device refused a page: never copied (protected only if its
+    /// cluster's span covered it), it stays resident, still the oldest.
     Untaken,
     /// The program made it unreadable: it stays resident, as the youngest.
     Unreadable,

@@ -83,6 +83,16 @@ impl Shared {
         self.uffd.features().sigbus
     }
 
+    /// Eviction may write-protect a cluster's span in one call, the young pages between its
+    /// pages included ([`crate::evict`]): everywhere but where a system call writing to a
+    /// resident page worked and would then fail with `EFAULT`, a descriptor serving
+    /// user-mode faults only whose faults handler threads serve. (Where faults raise
+    /// SIGBUS, system calls may not touch the region's pages anyway.)
+    pub fn protects_spans(&self) -> bool {
+        let f = self.uffd.features();
+        f.sigbus || !f.user_mode_only
+    }
+
     /// Frees page `page`'s device slot.
     pub fn free_slot(&self, page: usize) -> Result<(), String> {
         let offset = (page * PAGE_SIZE) as u64;

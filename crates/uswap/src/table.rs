@@ -54,6 +54,8 @@ pub(crate) struct Table {
     fifo: VecDeque<(u32, u32)>,
     /// Per page: the stamp of its last fill (a count of fills, wrapping).
     stamp: Vec<u32>,
+    /// Per page: the FIFO holds an entry with its current stamp (at most one does).
+    queued: Vec<bool>,
     /// The next fill's stamp.
     seq: u32,
     resident: usize,
@@ -77,6 +79,7 @@ impl Table {
             pages: vec![Page::Untouched; pages],
             fifo: VecDeque::new(),
             stamp: vec![0; pages],
+            queued: vec![false; pages],
             seq: 0,
             resident: 0,
             evicted: 0,
@@ -183,7 +186,28 @@ impl Table {
     fn push_youngest(&mut self, page: usize) {
         self.stamp[page] = self.seq;
         self.fifo.push_back((page as u32, self.seq));
+        self.queued[page] = true;
         self.seq = self.seq.wrapping_add(1);
+        self.bound_fifo();
+    }
+
+    /// Entries of pages that left residency (or were filled again) linger until popped;
+    /// past twice the resident pages (and some), they go. At most one entry per page is
+    /// current, so what stays is at most the resident and busy pages.
+    fn bound_fifo(&mut self) {
+        if self.fifo.len() <= 2 * self.resident + 1024 {
+            return;
+        }
+        let (pages, stamps, queued) = (&self.pages, &self.stamp, &mut self.queued);
+        self.fifo.retain(|&(p, s)| {
+            let p = p as usize;
+            let current = stamps[p] == s;
+            let keep = current && pages[p].is_resident();
+            if current && !keep {
+                queued[p] = false;
+            }
+            keep
+        });
     }
 
     /// Fills since `page`'s last fill.
@@ -209,11 +233,13 @@ impl Table {
     }
 
     /// A busy page whose eviction failed goes back resident, still the oldest (its stamp
-    /// kept).
+    /// kept): at the FIFO's front, unless its entry is still queued where it was (a
+    /// cluster took it without popping it).
     pub fn settle_oldest(&mut self, page: usize, now: Page) {
         self.set(page, now);
-        if now.is_resident() {
+        if now.is_resident() && !self.queued[page] {
             self.fifo.push_front((page as u32, self.stamp[page]));
+            self.queued[page] = true;
         }
     }
 
@@ -249,7 +275,11 @@ impl Table {
                 break;
             };
             let page = page as usize;
-            if !self.pages[page].is_resident() || self.stamp[page] != stamp {
+            if self.stamp[page] != stamp {
+                continue;
+            }
+            self.queued[page] = false;
+            if !self.pages[page].is_resident() {
                 continue;
             }
             self.take(page);
@@ -267,18 +297,14 @@ impl Table {
                 }
             }
         }
-        // Entries of pages that left residency otherwise linger; keep the queue bounded.
-        if self.fifo.len() > 2 * self.resident + 1024 {
-            let (pages, stamps) = (&self.pages, &self.stamp);
-            self.fifo
-                .retain(|&(p, s)| pages[p as usize].is_resident() && stamps[p as usize] == s);
-        }
+        self.bound_fifo();
         out
     }
 
     /// Splits the sorted pages of an eviction round into spans to write-protect one call
     /// each: consecutive pages of one [`CLUSTER`] share a span unless a retired page lies
-    /// between them (retired pages may be unmapped, which a call must not cover). Returns
+    /// between them (the caller may make retired pages inaccessible, `mprotect`, which
+    /// splits the mapping; the region has no business with them any more). Returns
     /// `(first, count)` spans; the pages between a span's round pages are protected too,
     /// and a write to one of them is released as any write-protect fault is.
     pub fn protect_spans(&self, pages: &[usize]) -> Vec<(usize, usize)> {
@@ -473,6 +499,16 @@ mod tests {
         // are younger).
         let taken = t.take_oldest(12);
         assert_eq!(taken, [0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22]);
+        // A device that refuses them, round after round: they go back as the oldest, in
+        // the same order, and the FIFO does not grow (the cluster's pages kept their
+        // entries; only the popped one goes back to the front).
+        for _ in 0..100 {
+            for &p in taken.iter().rev() {
+                t.settle_oldest(p, Page::Resident);
+            }
+            assert_eq!(t.take_oldest(12), taken);
+        }
+        assert_eq!(t.fifo.len(), 63);
         // One call covers the cluster's pages and the young odd pages between them,
         // unless a retired page lies between.
         assert_eq!(t.protect_spans(&taken), [(0, 23)]);

@@ -96,8 +96,8 @@ struct SourceInner {
 /// A freed run is given back to the OS at once (`MADV_DONTNEED`), except that up to
 /// `cache_limit` pages of freed runs stay resident for immediate reuse, as the kernel's
 /// per-cpu page lists do: this spares a syscall, a TLB shootdown and a refault per zspage in
-/// alloc/free churn. A run that finds the cache full goes back with half the cache, in one
-/// call. Cached pages are reported ([`cached_pages`](Self::cached_pages)) and can
+/// alloc/free churn. A run that finds the cache full goes back with half the cache (at most
+/// [`MAX_BATCH`] runs), in one call. Cached pages are reported ([`cached_pages`](Self::cached_pages)) and can
 /// be released at any time ([`trim`](Self::trim)).
 #[derive(Debug)]
 pub struct PageSource {
@@ -194,10 +194,11 @@ impl PageSource {
     }
 
     /// Takes a run back: into the cache while it has room; otherwise the run goes back to
-    /// the OS together with enough cached runs to bring the cache down to half its limit,
-    /// in one call where the kernel takes a vector of ranges. Each call that drops pages the
-    /// process has mapped flushes them from the TLB of every CPU it runs on (an interrupt on
-    /// each): releasing in batches costs one flush per batch, not one per zspage.
+    /// the OS together with enough cached runs (at most [`MAX_BATCH`] in all) to bring the
+    /// cache down to half its limit, in one call where the kernel takes a vector of ranges.
+    /// Each call that drops pages the process has mapped flushes them from the TLB of every
+    /// CPU it runs on (an interrupt on each): releasing in batches costs one flush per
+    /// batch, not one per zspage.
     fn release(&self, ptr: NonNull<u8>, pages: usize) {
         let addr = ptr.as_ptr() as usize;
         let batch = {
@@ -211,7 +212,7 @@ impl PageSource {
             let mut batch = vec![(addr, pages)];
             let keep = self.cache_limit / 2;
             for len in (1..=MAX_RUN_PAGES).rev() {
-                while inner.cached_pages > keep {
+                while inner.cached_pages > keep && batch.len() < MAX_BATCH {
                     let Some(a) = inner.cache[len].pop() else {
                         break;
                     };
@@ -321,6 +322,10 @@ impl FreeRuns {
         self.merged = true;
     }
 }
+
+/// The most runs one release gives back together: a bound on the burst of `madvise`
+/// calls where the kernel refuses a vector of ranges (before Linux 6.13).
+const MAX_BATCH: usize = 64;
 
 /// Gives a free range's memory back to the OS.
 fn dont_need(addr: usize, pages: usize) {
