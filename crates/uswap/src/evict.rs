@@ -147,16 +147,18 @@ pub(crate) fn evict(shared: &Shared, n: usize) -> Result<Round, String> {
         let mut t = shared.table.lock();
         let mut pages = t.take_oldest(n);
         pages.sort_unstable();
-        let spans = t.protect_spans(&pages);
+        let spans = if shared.protects_spans() {
+            t.protect_spans(&pages)
+        } else {
+            Vec::new()
+        };
         (pages, spans)
     };
     let mut round = Round::default();
     if pages.is_empty() {
         return Ok(round);
     }
-    if shared.protects_spans() {
-        protect_spans(shared, &spans);
-    }
+    protect_spans(shared, &spans);
     let mut buf = vec![0u8; pages.len() * PAGE_SIZE];
     let mut fates = Vec::with_capacity(pages.len());
     for run in runs(&pages) {

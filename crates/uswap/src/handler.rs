@@ -231,28 +231,19 @@ fn serve(shared: &Shared, fault: Fault, buf: &mut [u8], turn: &mut Turn<'_>) -> 
 }
 
 /// A writer hit a write-protected page: an eviction had it, or its cluster's span covered
-/// it. Once the page settled, it is either gone (wake the writer: it faults again as
-/// missing and is filled) or resident (the eviction failed, or never took it: unprotect
-/// it, which wakes the writer). Done under the table lock, so no new eviction of the page
-/// can start in between.
+/// it. Once the page settled, it is unprotected, which wakes the writer: a resident page
+/// (the eviction failed, or never took it) takes the write; a page gone from the mapping
+/// has no entry to unprotect, and the writer faults again as missing and is filled. Done
+/// under the table lock, so no new eviction of the page can start in between.
 fn release_writer(shared: &Shared, page: usize) -> Result<(), String> {
     Counters::bump(&shared.counters.wp_faults);
     let mut t = shared.table.lock();
     while t.get(page) == Page::Busy && !shared.failed() {
         shared.moved.wait(&mut t);
     }
-    let res = match t.get(page) {
-        p if p.is_resident() => shared.pager.unprotect(&shared.uffd, page, 1),
-        // Retired, touched since (the zero page) and then covered by a span an eviction
-        // had planned before the retirement: unprotect it, or the write would fault
-        // forever. Should the caller have made it inaccessible already, waking is all
-        // there is to do (the writer then gets its SIGSEGV).
-        Page::Gone => shared
-            .pager
-            .unprotect(&shared.uffd, page, 1)
-            .or_else(|_| shared.uffd.wake(shared.addr(page), PAGE_SIZE)),
-        _ => shared.uffd.wake(shared.addr(page), PAGE_SIZE),
-    };
+    // Whatever the page is now: a retired one, say, touched since (the zero page) and
+    // covered by a span planned before the retirement, must not stay protected either.
+    let res = shared.pager.unprotect(&shared.uffd, page, 1);
     drop(t);
     res.map_err(|e| format!("releasing a writer of page {page}: {e}"))
 }

@@ -452,27 +452,20 @@ impl Pager {
         self.raw.advise(offset, len, Advice::LinuxDontNeed)
     }
 
-    /// Drops every run `(first, count)` of pages (`MADV_DONTNEED`) in one
-    /// `process_madvise(2)` call on this process where the kernel takes it (Linux 6.13+
-    /// allows any advice on the caller's own memory, 6.16+ flushes the TLB once for the
-    /// whole call): scattered pages then cost one TLB shootdown, not one each. Elsewhere one
-    /// `madvise` per run.
+    /// Drops every run `(first, count)` of pages (`MADV_DONTNEED`) in one call where the
+    /// kernel takes it ([`zsmalloc::sys::dont_need_ranges`]: one TLB shootdown for all of
+    /// them on Linux 6.16+), else one `madvise` per run.
     pub fn discard_runs(&self, runs: &[(usize, usize)]) -> io::Result<()> {
-        let mut iov = Vec::with_capacity(runs.len());
+        let mut ranges = Vec::with_capacity(runs.len());
         let mut total = 0;
         for &(first, count) in runs {
             let (offset, len) = self.pages(first, count)?;
-            iov.push(libc::iovec {
-                // SAFETY: in bounds (checked); only an address handed to the kernel.
-                iov_base: unsafe { self.raw.base.as_ptr().add(offset) }.cast(),
-                iov_len: len,
-            });
+            ranges.push((self.addr() + offset, len));
             total += len;
         }
-        if iov.is_empty() {
-            return Ok(());
-        }
-        if iov.len() > 1 && iov.len() <= 1024 && self.advise_vectored(&iov) == Some(total) {
+        // SAFETY: in this live mapping (checked above); `MADV_DONTNEED` changes what the
+        // next access faults on, never bytes a Rust reference can see (module contract).
+        if ranges.len() > 1 && unsafe { zsmalloc::sys::dont_need_ranges(&ranges) } == Some(total) {
             return Ok(());
         }
         // One run, a kernel that refuses, or a partial call: one `madvise` per run (dropping
@@ -481,31 +474,6 @@ impl Pager {
             self.discard(first, count)?;
         }
         Ok(())
-    }
-
-    /// `process_madvise(MADV_DONTNEED)` of `iov` on this process; the bytes advised, or
-    /// `None` where the call failed.
-    fn advise_vectored(&self, iov: &[libc::iovec]) -> Option<usize> {
-        let pidfd = rustix::process::pidfd_open(
-            rustix::process::getpid(),
-            rustix::process::PidfdFlags::empty(),
-        )
-        .ok()?;
-        // SAFETY: `iov` lies in this live mapping (checked by the caller) and is read by
-        // the kernel during the call only; `MADV_DONTNEED` changes what the next access
-        // faults on, never bytes a Rust reference can see (module contract). At most
-        // `IOV_MAX` (1024) elements (checked by the caller).
-        let n = unsafe {
-            libc::syscall(
-                libc::SYS_process_madvise,
-                std::os::fd::AsRawFd::as_raw_fd(&pidfd),
-                iov.as_ptr(),
-                iov.len(),
-                libc::MADV_DONTNEED,
-                0u32,
-            )
-        };
-        usize::try_from(n).ok()
     }
 
     /// Makes the whole mapping inaccessible (`PROT_NONE`): every later touch, and every

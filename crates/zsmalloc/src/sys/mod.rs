@@ -341,10 +341,9 @@ fn dont_need(addr: usize, pages: usize) {
 }
 
 /// Gives free ranges' memory back to the OS: `(address, pages)` runs, each no run's any
-/// more, inside mapped arenas. Neighbours are joined; the ranges then go in one
-/// `process_madvise(MADV_DONTNEED)` on this process where the kernel takes it (Linux 6.13
-/// allows any advice on the caller's own memory, 6.16 flushes the TLB once per call),
-/// otherwise one `madvise` each (dropping a range twice is harmless).
+/// more, inside mapped arenas. Neighbours are joined; the ranges then go in one call
+/// ([`dont_need_ranges`]) where the kernel takes it, otherwise one `madvise` each
+/// (dropping a range twice is harmless).
 fn dont_need_runs(runs: &[(usize, usize)]) {
     if let [(addr, pages)] = runs {
         dont_need(*addr, *pages);
@@ -359,8 +358,14 @@ fn dont_need_runs(runs: &[(usize, usize)]) {
             _ => joined.push((addr, pages)),
         }
     }
-    let total: usize = joined.iter().map(|&(_, pages)| pages * PAGE_SIZE).sum();
-    if joined.len() > 1 && joined.len() <= 1024 && advise_vectored(&joined) == Some(total) {
+    let bytes: Vec<(usize, usize)> = joined
+        .iter()
+        .map(|&(addr, pages)| (addr, pages * PAGE_SIZE))
+        .collect();
+    let total: usize = bytes.iter().map(|&(_, len)| len).sum();
+    // SAFETY: free runs inside mapped arenas, which no `PageRun` owns (this function's
+    // callers' contract, as for `dont_need`).
+    if joined.len() > 1 && unsafe { dont_need_ranges(&bytes) } == Some(total) {
         return;
     }
     for (addr, pages) in joined {
@@ -368,23 +373,33 @@ fn dont_need_runs(runs: &[(usize, usize)]) {
     }
 }
 
-/// `process_madvise(MADV_DONTNEED)` of `ranges` (at most `IOV_MAX`, 1024) on this process;
-/// the bytes advised, or `None` where the call failed.
-fn advise_vectored(ranges: &[(usize, usize)]) -> Option<usize> {
+/// `process_madvise(MADV_DONTNEED)` of `ranges`, each `(address, bytes)`, on this process
+/// in one call (at most `IOV_MAX`, 1024, ranges): Linux 6.13 takes any advice on the
+/// caller's own memory, and 6.16 flushes the TLB once for the whole call, so scattered
+/// ranges cost one TLB shootdown, not one each. Returns the bytes advised, or `None` where
+/// the call failed (older kernels refuse it; the caller then advises range by range).
+///
+/// # Safety
+///
+/// Every range must be mapped memory of this process whose bytes no live Rust reference
+/// reads or writes: dropped anonymous pages read as zeroes (or fault anew) afterwards.
+pub unsafe fn dont_need_ranges(ranges: &[(usize, usize)]) -> Option<usize> {
+    if ranges.len() > 1024 {
+        return None;
+    }
     let iov: Vec<libc::iovec> = ranges
         .iter()
-        .map(|&(addr, pages)| libc::iovec {
+        .map(|&(addr, len)| libc::iovec {
             iov_base: addr as *mut libc::c_void,
-            iov_len: pages * PAGE_SIZE,
+            iov_len: len,
         })
         .collect();
     // SAFETY: `pidfd_open` on this process's own id creates a descriptor and touches no
     // memory; it is closed below.
     let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) };
     let pidfd = libc::c_int::try_from(pidfd).ok().filter(|&fd| fd >= 0)?;
-    // SAFETY: every range is free memory inside a mapped arena that no run owns (the
-    // callers' contract, as for `dont_need`); `iov` is read by the kernel during the call
-    // only.
+    // SAFETY: the ranges may be dropped (the caller's contract); `iov` is read by the
+    // kernel during the call only.
     let n = unsafe {
         libc::syscall(
             libc::SYS_process_madvise,
