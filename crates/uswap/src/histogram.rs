@@ -1,6 +1,7 @@
 //! A latency histogram for fault service times: lock-free counting, percentiles to within
-//! about 6% (16 linear steps per power of two), nanosecond resolution, any value up to
-//! `u64::MAX`.
+//! about 1.6% (64 linear steps per power of two), nanosecond resolution, any value up to
+//! `u64::MAX`. (With 16 steps, 4-6% wide, a comparison "within 5%" of two percentiles
+//! could swing by a whole bucket either way.)
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
@@ -8,10 +9,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 /// Linear steps per power of two.
-const STEPS: u64 = 16;
+const STEPS: u64 = 64;
 /// `log2(STEPS)`.
-const STEP_BITS: u32 = 4;
-/// Buckets: `STEPS` exact ones for 0..16 ns, then `STEPS` per power of two up to 2^64.
+const STEP_BITS: u32 = 6;
+/// Buckets: `STEPS` exact ones for 0..64 ns, then `STEPS` per power of two up to 2^64.
 const BUCKETS: usize = (STEPS + (64 - STEP_BITS as u64) * STEPS) as usize;
 
 /// The bucket of `ns`.
@@ -121,7 +122,8 @@ impl Snapshot {
     }
 
     /// The `q`-quantile (`0.0..=1.0`) in nanoseconds: the middle of the bucket holding it
-    /// (never above the largest value seen); 0 when empty.
+    /// (never above the largest value seen; the largest itself for the last rank); 0 when
+    /// empty.
     pub fn quantile_ns(&self, q: f64) -> u64 {
         let n = self.samples();
         if n == 0 {
@@ -129,6 +131,10 @@ impl Snapshot {
         }
         // The rank of the value asked for, 1-based, as "nearest rank" defines it.
         let rank = ((q.clamp(0.0, 1.0) * n as f64).ceil() as u64).clamp(1, n);
+        if rank == n {
+            // The largest value is known exactly.
+            return self.max_ns;
+        }
         let mut seen = 0;
         for (i, &c) in self.counts.iter().enumerate() {
             seen += c;
@@ -216,7 +222,7 @@ mod tests {
         assert_eq!(s.samples(), 100);
         for (q, want) in [(0.5, 50_000.0), (0.9, 90_000.0), (0.99, 99_000.0)] {
             let got = s.quantile_ns(q) as f64;
-            assert!((got - want).abs() / want < 0.07, "q{q}: {got} vs {want}");
+            assert!((got - want).abs() / want < 0.02, "q{q}: {got} vs {want}");
         }
         assert_eq!(s.quantile_ns(1.0), 100_000);
         let sum = s.summary();

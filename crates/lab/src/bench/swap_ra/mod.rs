@@ -42,10 +42,14 @@ pub struct Args {
     /// Resident budget (K/M/G suffixes).
     #[arg(long, default_value_t = Size(64 << 20))]
     budget: Size,
-    /// Timed rounds per run, after the untimed round that writes every page (each workload
-    /// and setting runs twice).
+    /// Timed rounds per run, after the untimed round that writes every page.
     #[arg(long, default_value_t = 2)]
     rounds: usize,
+    /// Runs of each workload per readahead setting, alternating (on, off, off, on, on,
+    /// off, ...) and merged: the random workload's p90 moves by up to 9% between single
+    /// runs, so a comparison "within 5%" wants more than two.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
+    runs: u32,
     /// Measured worker threads, each on its own part of the region (default: half the CPUs,
     /// at least 1: the seed ran 4 sequential processes, 12 with the noise, on 72 hardware
     /// threads, leaving the rest to the swap-in work that readahead overlaps).
@@ -126,6 +130,7 @@ fn settings(args: &Args) -> anyhow::Result<Settings> {
         size: usize::try_from(args.size.bytes())?,
         budget: usize::try_from(args.budget.bytes())?,
         rounds: args.rounds,
+        runs: args.runs as usize,
         threads: args.threads.unwrap_or(cpus() / 2).max(1),
         noise_threads: args.noise_threads.unwrap_or((cpus() / 4).max(1)),
         work_us: args.work_us,
@@ -180,15 +185,16 @@ fn measure(args: &Args, s: &Settings) -> anyhow::Result<Report> {
         Which::All => &[Workload::Sequential, Workload::Random, Workload::Combined],
     };
     let mut runs = Vec::new();
-    // A step per run: the warm-up and four timed runs per workload, five fault tiers.
+    // A step per run: the warm-up and the timed runs per workload, five fault tiers.
     let fault = matches!(args.workload, Which::Fault | Which::All);
     let floor = args.workload == Which::Floor;
-    let steps = workloads.len() * 5 + if fault { 5 } else { 0 } + if floor { 3 } else { 0 };
+    let steps =
+        workloads.len() * (1 + 2 * s.runs) + if fault { 5 } else { 0 } + if floor { 3 } else { 0 };
     let _bar = crate::progress::bar("uswap", steps as u64);
     for &w in workloads {
-        // On, off, off, on: a run's place in the sequence costs or gains a few percent
-        // (measured: the second of a pair of identical runs is faster), which this order
-        // spreads evenly over both settings.
+        // On, off, off, on (and on, `--runs` times each): a run's place in the sequence
+        // costs or gains a few percent (measured: the second of a pair of identical runs
+        // is faster), which this order spreads evenly over both settings.
         // The first run of a workload is slower than the same run later (allocator arenas,
         // the page cache, frequencies settling): an untimed one goes first.
         if !args.json {
@@ -204,7 +210,7 @@ fn measure(args: &Args, s: &Settings) -> anyhow::Result<Report> {
         )?;
         crate::progress::tick("");
         let mut pair: [Option<workload::Run>; 2] = [None, None];
-        for ra in [true, false, false, true] {
+        for ra in alternation(s.runs) {
             if !args.json {
                 let line = format!("running {} with readahead {}", w.name(), on_off(ra));
                 crate::progress::print(|| eprintln!("{line}"));
@@ -264,6 +270,17 @@ fn measure(args: &Args, s: &Settings) -> anyhow::Result<Report> {
         tiers,
         floors,
         targets,
+    })
+}
+
+/// The readahead setting of each of `runs` runs per setting: on, off, off, on, on, off, ...
+fn alternation(runs: usize) -> impl Iterator<Item = bool> {
+    (0..runs).flat_map(|i| {
+        if i % 2 == 0 {
+            [true, false]
+        } else {
+            [false, true]
+        }
     })
 }
 
@@ -356,11 +373,12 @@ fn print(r: &Report) {
     let mib = |b: usize| b as f64 / (1 << 20) as f64;
     println!(
         "region {:.0} MiB, budget {:.0} MiB, {} timed rounds after a writing round (each \
-         workload run twice per setting: on, off, off, on), {} measured threads (+{} random in combined), {} us of work per page, {}, \
+         workload run {} times per setting, alternating: on, off, off, on, ...), {} measured threads (+{} random in combined), {} us of work per page, {}, \
          vma_ra_max_order {}, faults served {}",
         mib(s.size),
         mib(s.budget),
         s.rounds,
+        s.runs,
         s.threads,
         s.noise_threads,
         s.work_us,
@@ -510,5 +528,24 @@ struct Remove(PathBuf);
 impl Drop for Remove {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn runs_alternate_so_that_each_setting_has_each_place_equally_often() {
+        let seq: Vec<bool> = super::alternation(4).collect();
+        assert_eq!(
+            seq,
+            [true, false, false, true, true, false, false, true],
+            "on, off, off, on, ..."
+        );
+        assert_eq!(super::alternation(1).collect::<Vec<_>>(), [true, false]);
+        for runs in 1..=9 {
+            let seq: Vec<bool> = super::alternation(runs).collect();
+            assert_eq!(seq.iter().filter(|&&on| on).count(), runs);
+            assert_eq!(seq.len(), 2 * runs);
+        }
     }
 }

@@ -25,6 +25,8 @@ pub struct Settings {
     pub budget: usize,
     /// Timed rounds (after the untimed first round that writes every page).
     pub rounds: usize,
+    /// Runs of each workload per readahead setting.
+    pub runs: usize,
     /// Measured worker threads.
     pub threads: usize,
     /// Random background workers of the combined workload.
