@@ -525,7 +525,7 @@ impl Store {
     /// Checks `mem_limit` after an allocation: over it, `handle` is freed again.
     fn check_limit(&self, handle: Handle) -> Result<Handle> {
         let used = self.pool.total_pages() as u64;
-        self.counters.max_used_pages.fetch_max(used, Relaxed);
+        self.counters.note_used(used);
         let limit = self.limit_pages.load(Relaxed);
         if limit != 0 && used > limit {
             let _ = self.pool.free(handle);
