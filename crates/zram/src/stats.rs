@@ -30,11 +30,16 @@ impl Stat {
         &self.cells[STAT_CELL.with(|c| *c)]
     }
 
-    /// The sum of the cells.
+    /// The sum of the cells. Read while threads count, the cells are read one after the
+    /// other, so a count taken back in a later cell can be seen without the count added in
+    /// an earlier one: a sum below zero reads as 0 rather than wrapping to 2^64 - n (no
+    /// counter comes near 2^63).
     pub fn load(&self) -> u64 {
-        self.cells
+        let sum = self
+            .cells
             .iter()
-            .fold(0u64, |sum, c| sum.wrapping_add(c.load(Relaxed)))
+            .fold(0u64, |sum, c| sum.wrapping_add(c.load(Relaxed)));
+        if sum > i64::MAX as u64 { 0 } else { sum }
     }
 
     /// Sets the counter to `v` (not atomically against concurrent counts).
@@ -382,6 +387,11 @@ mod tests {
         c.clear();
         assert_eq!(Counters::get(&c.num_writes), 0);
         assert_eq!(Counters::get(&c.pages_stored), 0);
+        // A sum below zero (seen mid-update) reads as 0, not as 2^64 - 5.
+        Counters::sub(&c.num_reads, 5);
+        assert_eq!(Counters::get(&c.num_reads), 0);
+        Counters::add(&c.num_reads, 8);
+        assert_eq!(Counters::get(&c.num_reads), 3);
         c.note_used(7);
         c.note_used(3);
         assert_eq!(Counters::get(&c.max_used_pages), 7);
