@@ -18,7 +18,7 @@ thread_local! {
 /// A counter that every request bumps, kept in per-thread cells on their own cache lines
 /// and summed when read: threads writing at once on different CPUs then do not pass one
 /// cache line back and forth on every page (with one shared word, two threads writing
-/// same-filled pages scaled 1.55-1.78x; with cells, 1.97-2.16x). A cell may go below zero
+/// same-filled pages scaled 1.55-1.78x; with cells, 2.02-2.06x). A cell may go below zero
 /// (a count added by one thread and taken back by another): the sum wraps back.
 #[derive(Debug, Default)]
 pub struct Stat {
