@@ -1,19 +1,11 @@
 //! Device counters and the kernel's stat file formats.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 use crossbeam_utils::CachePadded;
 
-/// Cells of a [`Stat`]: threads are spread over them (a thread keeps its cell).
+/// Cells of a [`Stat`]: a thread counts in cell `zsmalloc::thread_number() % STAT_CELLS`.
 const STAT_CELLS: usize = 8;
-
-thread_local! {
-    /// This thread's cell of every [`Stat`], given out in turn at its first count.
-    static STAT_CELL: usize = {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        NEXT.fetch_add(1, Relaxed) % STAT_CELLS
-    };
-}
 
 /// A counter that every request bumps, kept in per-thread cells on their own cache lines
 /// and summed when read: threads writing at once on different CPUs then do not pass one
@@ -27,7 +19,7 @@ pub struct Stat {
 
 impl Stat {
     fn cell(&self) -> &AtomicU64 {
-        &self.cells[STAT_CELL.with(|c| *c)]
+        &self.cells[zsmalloc::thread_number() % STAT_CELLS]
     }
 
     /// The sum of the cells. Read while threads count, the cells are read one after the

@@ -70,6 +70,7 @@ pub use open::open;
 pub use pool::Pool;
 #[doc(hidden)]
 pub use shard::pin_malloc_shard;
+pub use shard::thread_number;
 pub use stats::{ClassStats, INUSE_BUCKETS, PoolStats, format_class_table};
 pub use sys::PAGE_SIZE;
 pub use sysmalloc::{MALLOC_CHUNK_HEADER, SysMalloc};

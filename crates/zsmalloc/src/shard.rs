@@ -488,11 +488,13 @@ impl Shards {
 }
 
 /// A small number naming the calling thread, handed out in order of first use: a sharded
-/// class's shard for this thread is `thread_number() % shards`. (Keyed by thread rather
-/// than by CPU so that one thread keeps to one shard even when the scheduler moves it: a
-/// single writer then packs its objects exactly as the kernel's pool would.)
+/// class's shard for this thread is `thread_number() % shards`, afmalloc's home heap is
+/// `thread_number() % heaps`, and the zram device counts in cell `thread_number() % cells`.
+/// (Keyed by thread rather than by CPU so that one thread keeps to one shard even when the
+/// scheduler moves it: a single writer then packs its objects exactly as the kernel's pool
+/// would.)
 #[inline]
-fn thread_number() -> usize {
+pub fn thread_number() -> usize {
     use std::sync::atomic::AtomicUsize;
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local!(static NUMBER: usize = NEXT.fetch_add(1, Ordering::Relaxed));

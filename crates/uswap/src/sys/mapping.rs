@@ -453,27 +453,17 @@ impl Pager {
     }
 
     /// Drops every run `(first, count)` of pages (`MADV_DONTNEED`) in one call where the
-    /// kernel takes it ([`zsmalloc::sys::dont_need_ranges`]: one TLB shootdown for all of
-    /// them on Linux 6.16+), else one `madvise` per run.
+    /// kernel takes it, else one `madvise` per run ([`zsmalloc::sys::dont_need_ranges`]:
+    /// one TLB shootdown for all of them on Linux 6.16+).
     pub fn discard_runs(&self, runs: &[(usize, usize)]) -> io::Result<()> {
         let mut ranges = Vec::with_capacity(runs.len());
-        let mut total = 0;
         for &(first, count) in runs {
             let (offset, len) = self.pages(first, count)?;
             ranges.push((self.addr() + offset, len));
-            total += len;
         }
         // SAFETY: in this live mapping (checked above); `MADV_DONTNEED` changes what the
         // next access faults on, never bytes a Rust reference can see (module contract).
-        if ranges.len() > 1 && unsafe { zsmalloc::sys::dont_need_ranges(&ranges) } == Some(total) {
-            return Ok(());
-        }
-        // One run, a kernel that refuses, or a partial call: one `madvise` per run (dropping
-        // a page twice is harmless).
-        for &(first, count) in runs {
-            self.discard(first, count)?;
-        }
-        Ok(())
+        unsafe { zsmalloc::sys::dont_need_ranges(&ranges) }
     }
 
     /// Makes the whole mapping inaccessible (`PROT_NONE`): every later touch, and every

@@ -58,7 +58,6 @@ mod shrink;
 mod slab;
 mod table;
 
-use std::cell::Cell;
 use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
@@ -80,14 +79,6 @@ pub struct Afmalloc {
     objects: AtomicUsize,
     pages_compacted: AtomicU64,
 }
-
-thread_local! {
-    /// This thread's heap (an index to reduce modulo the heap count), once it has one.
-    static HOME: Cell<Option<usize>> = const { Cell::new(None) };
-}
-
-/// The next thread's heap.
-static NEXT_HOME: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 impl Afmalloc {
     /// An allocator with `config`'s page settings (`populate`, `page_cache_pages`), its
@@ -116,13 +107,7 @@ impl Afmalloc {
     /// busy, or this thread's after waiting.
     fn home(&self) -> (usize, MutexGuard<'_, Heap>) {
         let n = self.heaps.len();
-        let home = HOME.with(|h| {
-            h.get().unwrap_or_else(|| {
-                let home = NEXT_HOME.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                h.set(Some(home));
-                home
-            })
-        }) % n;
+        let home = crate::thread_number() % n;
         for i in 0..n {
             let at = (home + i) % n;
             if let Some(heap) = self.heaps[at].try_lock() {

@@ -327,65 +327,61 @@ impl FreeRuns {
 /// calls where the kernel refuses a vector of ranges (before Linux 6.13).
 const MAX_BATCH: usize = 64;
 
-/// Gives a free range's memory back to the OS.
-fn dont_need(addr: usize, pages: usize) {
-    // SAFETY: the range is a run no PageRun owns any more (it is being released, or sits in
-    // the cache, from which it was just taken out under the lock), inside a mapped arena.
-    unsafe {
-        libc::madvise(
-            addr as *mut libc::c_void,
-            pages * PAGE_SIZE,
-            libc::MADV_DONTNEED,
-        );
-    }
-}
-
 /// Gives free ranges' memory back to the OS: `(address, pages)` runs, each no run's any
-/// more, inside mapped arenas. Neighbours are joined; the ranges then go in one call
-/// ([`dont_need_ranges`]) where the kernel takes it, otherwise one `madvise` each
-/// (dropping a range twice is harmless).
+/// more, inside mapped arenas; neighbours are joined first. A failure is left alone: the
+/// pages stay resident until the range is reused or released again.
 fn dont_need_runs(runs: &[(usize, usize)]) {
-    if let [(addr, pages)] = runs {
-        dont_need(*addr, *pages);
-        return;
-    }
-    let mut ranges: Vec<(usize, usize)> = runs.to_vec();
-    ranges.sort_unstable();
-    let mut joined: Vec<(usize, usize)> = Vec::with_capacity(ranges.len());
-    for (addr, pages) in ranges {
-        match joined.last_mut() {
-            Some((start, len)) if *start + *len * PAGE_SIZE == addr => *len += pages,
-            _ => joined.push((addr, pages)),
-        }
-    }
-    let bytes: Vec<(usize, usize)> = joined
+    let mut ranges: Vec<(usize, usize)> = runs
         .iter()
         .map(|&(addr, pages)| (addr, pages * PAGE_SIZE))
         .collect();
-    let total: usize = bytes.iter().map(|&(_, len)| len).sum();
-    // SAFETY: free runs inside mapped arenas, which no `PageRun` owns (this function's
-    // callers' contract, as for `dont_need`).
-    if joined.len() > 1 && unsafe { dont_need_ranges(&bytes) } == Some(total) {
-        return;
-    }
-    for (addr, pages) in joined {
-        dont_need(addr, pages);
-    }
+    ranges.sort_unstable();
+    ranges.dedup_by(|next, joined| {
+        let meets = joined.0 + joined.1 == next.0;
+        if meets {
+            joined.1 += next.1;
+        }
+        meets
+    });
+    // SAFETY: free runs inside mapped arenas, which no `PageRun` owns any more (they are
+    // being released, or were taken out of the cache under the lock).
+    let _ = unsafe { dont_need_ranges(&ranges) };
 }
 
-/// `process_madvise(MADV_DONTNEED)` of `ranges`, each `(address, bytes)`, on this process
-/// in one call (at most `IOV_MAX`, 1024, ranges): Linux 6.13 takes any advice on the
-/// caller's own memory, and 6.16 flushes the TLB once for the whole call, so scattered
-/// ranges cost one TLB shootdown, not one each. Returns the bytes advised, or `None` where
-/// the call failed (older kernels refuse it; the caller then advises range by range).
+/// `MADV_DONTNEED` of `ranges`, each `(address, bytes)`, on this process: several in one
+/// `process_madvise` call where the kernel takes it (at most `IOV_MAX`, 1024, ranges; Linux
+/// 6.13 takes any advice on the caller's own memory, and 6.16 flushes the TLB once for the
+/// whole call, so scattered ranges cost one TLB shootdown, not one each); otherwise, and
+/// for a single range, one `madvise` each (dropping a range twice is harmless). Returns the
+/// first `madvise` error.
 ///
 /// # Safety
 ///
 /// Every range must be mapped memory of this process whose bytes no live Rust reference
 /// reads or writes: dropped anonymous pages read as zeroes (or fault anew) afterwards.
-pub unsafe fn dont_need_ranges(ranges: &[(usize, usize)]) -> Option<usize> {
+pub unsafe fn dont_need_ranges(ranges: &[(usize, usize)]) -> std::io::Result<()> {
+    // SAFETY: the caller's contract.
+    if ranges.len() > 1 && unsafe { dont_need_vectored(ranges) } {
+        return Ok(());
+    }
+    for &(addr, len) in ranges {
+        // SAFETY: the caller's contract.
+        if unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_DONTNEED) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// `process_madvise(MADV_DONTNEED)` of `ranges` on this process; whether it dropped them
+/// all (older kernels refuse it).
+///
+/// # Safety
+///
+/// As [`dont_need_ranges`].
+unsafe fn dont_need_vectored(ranges: &[(usize, usize)]) -> bool {
     if ranges.len() > 1024 {
-        return None;
+        return false;
     }
     let iov: Vec<libc::iovec> = ranges
         .iter()
@@ -394,10 +390,13 @@ pub unsafe fn dont_need_ranges(ranges: &[(usize, usize)]) -> Option<usize> {
             iov_len: len,
         })
         .collect();
+    let total: usize = ranges.iter().map(|&(_, len)| len).sum();
     // SAFETY: `pidfd_open` on this process's own id creates a descriptor and touches no
     // memory; it is closed below.
     let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) };
-    let pidfd = libc::c_int::try_from(pidfd).ok().filter(|&fd| fd >= 0)?;
+    let Some(pidfd) = libc::c_int::try_from(pidfd).ok().filter(|&fd| fd >= 0) else {
+        return false;
+    };
     // SAFETY: the ranges may be dropped (the caller's contract); `iov` is read by the
     // kernel during the call only.
     let n = unsafe {
@@ -412,7 +411,7 @@ pub unsafe fn dont_need_ranges(ranges: &[(usize, usize)]) -> Option<usize> {
     };
     // SAFETY: `pidfd` was opened above and is not used after this.
     unsafe { libc::close(pidfd) };
-    usize::try_from(n).ok()
+    usize::try_from(n).ok() == Some(total)
 }
 
 /// Takes a run of `pages` from per-length lists: an exact fit, else the front of the
