@@ -12,14 +12,15 @@
 //!   evictor stores a page for each one faulted in), from it with room for every page (the
 //!   fault service alone), then from a backing file after `idle all` + `writeback idle`.
 //!
-//! Each workload runs with readahead on, off, off, on (after an untimed warm-up run of the
-//! same workload), each setting's two runs merged, so that a run's place in the sequence
-//! favours neither.
+//! Each run of a workload switches readahead between its timed rounds, on, off, off, on
+//! (the next run off, on, on, off), after an untimed warm-up run of the same workload; each
+//! setting's rounds are merged, so that a round's place in the sequence favours neither,
+//! and both settings see the same stretch of the machine's life.
 //!
 //! The region is several times the resident budget; the first round writes every page (the
-//! region evicts as it goes), the `--rounds` after it are timed: each page's first touch in a
-//! round (one word written) is timed as the program sees it, then `--work-us` of CPU work is
-//! done on the page.
+//! region evicts as it goes), the `--rounds` per setting after it are timed: each page's
+//! first touch in a round (one word written) is timed as the program sees it, then
+//! `--work-us` of CPU work is done on the page.
 
 mod floor;
 pub mod tier;
@@ -42,12 +43,11 @@ pub struct Args {
     /// Resident budget (K/M/G suffixes).
     #[arg(long, default_value_t = Size(64 << 20))]
     budget: Size,
-    /// Timed rounds per run, after the untimed round that writes every page.
+    /// Timed rounds per readahead setting in each run, after the untimed round that writes
+    /// every page; a run switches readahead between rounds (on, off, off, on, ...).
     #[arg(long, default_value_t = 2)]
     rounds: usize,
-    /// Runs of each workload per readahead setting, alternating (on, off, off, on, on,
-    /// off, ...) and merged: the random workload's p90 moves by up to 9% between single
-    /// runs, so a comparison "within 5%" wants more than two.
+    /// Runs of each workload, each on a fresh region, their rounds merged per setting.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
     runs: u32,
     /// Measured worker threads, each on its own part of the region (default: half the CPUs,
@@ -189,38 +189,33 @@ fn measure(args: &Args, s: &Settings) -> anyhow::Result<Report> {
     let fault = matches!(args.workload, Which::Fault | Which::All);
     let floor = args.workload == Which::Floor;
     let steps =
-        workloads.len() * (1 + 2 * s.runs) + if fault { 5 } else { 0 } + if floor { 3 } else { 0 };
+        workloads.len() * (1 + s.runs) + if fault { 5 } else { 0 } + if floor { 3 } else { 0 };
     let _bar = crate::progress::bar("uswap", steps as u64);
     for &w in workloads {
-        // On, off, off, on (and on, `--runs` times each): a run's place in the sequence
-        // costs or gains a few percent (measured: the second of a pair of identical runs
-        // is faster), which this order spreads evenly over both settings.
+        // On, off, off, on: a round's place in the sequence costs or gains a few percent
+        // (measured between runs: the second of a pair of identical runs is faster), which
+        // this order spreads evenly over both settings.
         // The first run of a workload is slower than the same run later (allocator arenas,
         // the page cache, frequencies settling): an untimed one goes first.
         if !args.json {
             crate::progress::print(|| eprintln!("warming up {}", w.name()));
         }
-        workload::run(
-            &Settings {
-                rounds: 1,
-                ..s.clone()
-            },
-            w,
-            false,
-        )?;
+        workload::run(s, w, &[true])?;
         crate::progress::tick("");
         let mut pair: [Option<workload::Run>; 2] = [None, None];
-        for ra in alternation(s.runs) {
+        for i in 0..s.runs {
+            let schedule = schedule(s.rounds, i);
             if !args.json {
-                let line = format!("running {} with readahead {}", w.name(), on_off(ra));
+                let line = format!("running {}, readahead {}", w.name(), sequence(&schedule));
                 crate::progress::print(|| eprintln!("{line}"));
             }
-            let r = workload::run(s, w, ra)?;
-            crate::progress::tick("");
-            match &mut pair[usize::from(!ra)] {
-                Some(have) => have.merge(r),
-                slot => *slot = Some(r),
+            for r in workload::run(s, w, &schedule)? {
+                match &mut pair[usize::from(!r.readahead)] {
+                    Some(have) => have.merge(r),
+                    slot => *slot = Some(r),
+                }
             }
+            crate::progress::tick("");
         }
         runs.extend(pair.into_iter().flatten());
     }
@@ -273,15 +268,22 @@ fn measure(args: &Args, s: &Settings) -> anyhow::Result<Report> {
     })
 }
 
-/// The readahead setting of each of `runs` runs per setting: on, off, off, on, on, off, ...
-fn alternation(runs: usize) -> impl Iterator<Item = bool> {
-    (0..runs).flat_map(|i| {
-        if i % 2 == 0 {
-            [true, false]
-        } else {
-            [false, true]
-        }
-    })
+/// The readahead setting of each of `rounds` rounds per setting: on, off, off, on, on, off,
+/// ...; run `run` of a workload starts with the other setting when it is odd (so that with
+/// one round per setting, too, each setting goes first equally often).
+fn schedule(rounds: usize, run: usize) -> Vec<bool> {
+    (0..rounds)
+        .flat_map(|i| {
+            let on_first = (i + run).is_multiple_of(2);
+            [on_first, !on_first]
+        })
+        .collect()
+}
+
+/// `schedule` in words: `on, off, off, on`.
+fn sequence(schedule: &[bool]) -> String {
+    let words: Vec<&str> = schedule.iter().map(|&ra| on_off(ra)).collect();
+    words.join(", ")
 }
 
 /// CPUs this process may run on.
@@ -372,8 +374,9 @@ fn print(r: &Report) {
     let s = &r.settings;
     let mib = |b: usize| b as f64 / (1 << 20) as f64;
     println!(
-        "region {:.0} MiB, budget {:.0} MiB, {} timed rounds after a writing round (each \
-         workload run {} times per setting, alternating: on, off, off, on, ...), {} measured threads (+{} random in combined), {} us of work per page, {}, \
+        "region {:.0} MiB, budget {:.0} MiB, {} timed rounds per readahead setting after a \
+         writing round, in each of {} runs per workload (readahead switched between rounds: \
+         on, off, off, on, ...), {} measured threads (+{} random in combined), {} us of work per page, {}, \
          vma_ra_max_order {}, faults served {}",
         mib(s.size),
         mib(s.budget),
@@ -534,18 +537,23 @@ impl Drop for Remove {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn runs_alternate_so_that_each_setting_has_each_place_equally_often() {
-        let seq: Vec<bool> = super::alternation(4).collect();
+    fn rounds_alternate_so_that_each_setting_has_each_place_equally_often() {
+        let seq = super::schedule(4, 0);
         assert_eq!(
             seq,
             [true, false, false, true, true, false, false, true],
             "on, off, off, on, ..."
         );
-        assert_eq!(super::alternation(1).collect::<Vec<_>>(), [true, false]);
-        for runs in 1..=9 {
-            let seq: Vec<bool> = super::alternation(runs).collect();
-            assert_eq!(seq.iter().filter(|&&on| on).count(), runs);
-            assert_eq!(seq.len(), 2 * runs);
+        assert_eq!(super::sequence(&seq[..3]), "on, off, off");
+        assert_eq!(super::schedule(1, 0), [true, false]);
+        assert_eq!(super::schedule(1, 1), [false, true], "odd runs start off");
+        assert_eq!(super::schedule(2, 1), [false, true, true, false]);
+        for rounds in 1..=9 {
+            for run in 0..2 {
+                let seq = super::schedule(rounds, run);
+                assert_eq!(seq.iter().filter(|&&on| on).count(), rounds);
+                assert_eq!(seq.len(), 2 * rounds);
+            }
         }
     }
 }

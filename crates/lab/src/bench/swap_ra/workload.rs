@@ -1,8 +1,10 @@
 //! The seed's workloads on a `uswap::Region`: worker threads, each on its own part of the
 //! region, touching every page of it once per round (in order or in a random order), with
 //! CPU work on each page; the first touch of each page is timed as the program sees it.
+//! One run switches readahead on and off between its rounds ([`run`]).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Barrier, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -134,9 +136,11 @@ pub struct Run {
     pub waited: u64,
     /// The same for the background workers (combined only; not a target).
     pub noise_latency: Option<Summary>,
-    /// Region counters over the timed rounds (all workers).
+    /// Region counters over this setting's timed rounds (all workers; taken as the
+    /// setting switches, with no touch in flight).
     pub counts: Counts,
-    /// The handler's own time per fault over the timed rounds (all workers).
+    /// The handler's own time per fault over this setting's first timed round (all
+    /// workers).
     pub fault_latency: Summary,
     /// Pages resident after the run, and the budget.
     pub resident_pages: u64,
@@ -251,31 +255,55 @@ fn order(pages: usize, random: bool, rng: &mut SmallRng) -> Vec<usize> {
     v
 }
 
-/// One round over `part`: each page's first touch (one word written) timed into `hist`,
-/// then the CPU work; stops early when `stop` is set.
+/// Where a round's first touches go.
+enum Sink<'a> {
+    /// A measured worker's round: all into the histogram of the round's setting.
+    Round(&'a Touches),
+    /// A background worker: into the histogram of the setting `current` holds at each
+    /// touch, until `stop` is set. Each touch holds `gate` for reading, so that the
+    /// settings switch between touches and a fault's counts fall in one setting.
+    Background {
+        hists: &'a [Touches; 2],
+        current: &'a AtomicUsize,
+        stop: &'a AtomicBool,
+        gate: &'a RwLock<()>,
+    },
+}
+
+/// One round over `part`: each page's first touch (one word written) timed into `sink`,
+/// then the CPU work.
 fn round(
     part: &mut Part<'_>,
     pages: &[usize],
     stamp: u64,
     work_us: u64,
-    hist: &Touches,
-    stop: Option<&AtomicBool>,
+    sink: &Sink<'_>,
 ) -> anyhow::Result<()> {
     let mut buf = vec![0u8; PAGE];
     for &p in pages {
-        if stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
-            break;
-        }
+        let (hist, touching) = match sink {
+            Sink::Round(h) => (*h, None),
+            Sink::Background { stop, .. } if stop.load(Ordering::Relaxed) => break,
+            Sink::Background {
+                hists,
+                current,
+                gate,
+                ..
+            } => {
+                let touching = gate.read().unwrap_or_else(|p| p.into_inner());
+                (&hists[current.load(Ordering::Relaxed)], Some(touching))
+            }
+        };
         let off = p * PAGE + 8;
         let t = Instant::now();
         part.write(off, &stamp.to_le_bytes())?;
         hist.record(t.elapsed());
+        drop(touching);
         work(part, p * PAGE, &mut buf, work_us)?;
     }
     Ok(())
 }
 
-/// Runs `w` with readahead on or off.
 impl Run {
     /// Adds another run of the same workload and setting: touches, counts and seconds are
     /// summed; the handler's time is the first run's.
@@ -294,14 +322,40 @@ impl Run {
     }
 }
 
-pub fn run(s: &Settings, w: Workload, ra: bool) -> anyhow::Result<Run> {
+/// The readahead setting's place in per-setting arrays: on first.
+fn idx(ra: bool) -> usize {
+    usize::from(!ra)
+}
+
+/// What the leader of the measured workers keeps between rounds, per setting.
+struct Book {
+    counts: [Counts; 2],
+    /// The handler's time per fault over the setting's first round.
+    fault: [Option<Summary>; 2],
+    seconds: [f64; 2],
+    last: RegionStats,
+    since: Instant,
+}
+
+/// Runs `w` on one region, its timed rounds with readahead as `schedule` says (one setting
+/// per round, switched between rounds while every measured worker waits); returns one
+/// [`Run`] per setting the schedule has, readahead on first.
+///
+/// Switching within a run, rather than running each setting on a region of its own, puts
+/// both settings' rounds in the same stretch of the machine's life: the random workload's
+/// p90 moved by up to 13% between separate runs (the VM's noisy stretches), more than the
+/// 5% the comparison asks.
+pub fn run(s: &Settings, w: Workload, schedule: &[bool]) -> anyhow::Result<Vec<Run>> {
+    anyhow::ensure!(!schedule.is_empty(), "no timed round to run");
     let noise = if w == Workload::Combined {
         s.noise_threads
     } else {
         0
     };
     let nparts = s.threads + noise;
-    let mut region = region(s, nparts, ReadaheadConfig::new(ra, s.max_order), s.device())?;
+    let cfg = |ra| ReadaheadConfig::new(ra, s.max_order);
+    let mut region = region(s, nparts, cfg(schedule[0]), s.device())?;
+    let monitor = region.monitor();
     let random = w == Workload::Random;
 
     // Round 0: every page written whole, untimed; the region evicts as it goes.
@@ -319,34 +373,83 @@ pub fn run(s: &Settings, w: Workload, ra: bool) -> anyhow::Result<Run> {
         Ok(())
     })?;
 
-    let before = region.stats();
     region.reset_latency();
-    let hist = Touches::default();
-    let noise_hist = Touches::default();
+    let book = Mutex::new(Book {
+        counts: [Counts::default(); 2],
+        fault: [None, None],
+        seconds: [0.0; 2],
+        last: region.stats(),
+        since: Instant::now(),
+    });
+    let hists = [Touches::default(), Touches::default()];
+    let noise_hists = [Touches::default(), Touches::default()];
+    // The setting of the round in progress, for the background workers.
+    let current = AtomicUsize::new(idx(schedule[0]));
     let stop = AtomicBool::new(false);
-    let start = Instant::now();
+    // A measured worker failed: the others skip their remaining rounds but still meet at
+    // every barrier, so that none waits for ever.
+    let failed = AtomicBool::new(false);
+    let barrier = Barrier::new(s.threads);
+    let gate = RwLock::new(());
     let mut parts = region.parts_mut();
     let pages = parts[0].len() / PAGE;
     std::thread::scope(|sc| -> anyhow::Result<()> {
-        let (hist, noise_hist, stop) = (&hist, &noise_hist, &stop);
+        let (hists, noise_hists, stop, failed, current) =
+            (&hists, &noise_hists, &stop, &failed, &current);
+        let (barrier, book, monitor, gate) = (&barrier, &book, &monitor, &gate);
         let mut measured = Vec::new();
         let mut background = Vec::new();
         for (i, part) in parts.iter_mut().enumerate() {
             let bg = i >= s.threads;
             let h = sc.spawn(move || -> anyhow::Result<()> {
                 let mut rng = SmallRng::seed_from_u64(0x5eed ^ i as u64);
-                for r in 1.. {
-                    if bg && stop.load(Ordering::Relaxed) || !bg && r > s.rounds {
-                        break;
+                if bg {
+                    for r in 1.. {
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        let o = order(pages, true, &mut rng);
+                        let sink = Sink::Background {
+                            hists: noise_hists,
+                            current,
+                            stop,
+                            gate,
+                        };
+                        round(part, &o, r, s.work_us, &sink)?;
                     }
-                    let o = order(pages, random || bg, &mut rng);
-                    if bg {
-                        round(part, &o, r as u64, s.work_us, noise_hist, Some(stop))?;
-                    } else {
-                        round(part, &o, r as u64, s.work_us, hist, None)?;
-                    }
+                    return Ok(());
                 }
-                Ok(())
+                let mut res = Ok(());
+                for (r, &ra) in schedule.iter().enumerate() {
+                    if res.is_ok() && !failed.load(Ordering::Relaxed) {
+                        let o = order(pages, random, &mut rng);
+                        let sink = Sink::Round(&hists[idx(ra)]);
+                        res = round(part, &o, r as u64 + 1, s.work_us, &sink);
+                        if res.is_err() {
+                            failed.store(true, Ordering::Relaxed);
+                        }
+                    }
+                    if barrier.wait().is_leader() {
+                        // No background touch is in flight while the setting changes.
+                        let _switching = gate.write().unwrap_or_else(|p| p.into_inner());
+                        let mut b = book.lock().unwrap_or_else(|p| p.into_inner());
+                        let now = monitor.stats();
+                        let k = idx(ra);
+                        let c = Counts::between(&b.last, &now);
+                        b.counts[k] += c;
+                        b.fault[k].get_or_insert(now.fault_latency);
+                        b.seconds[k] += b.since.elapsed().as_secs_f64();
+                        if let Some(&next) = schedule.get(r + 1) {
+                            monitor.set_readahead(cfg(next));
+                            current.store(idx(next), Ordering::Relaxed);
+                        }
+                        monitor.reset_latency();
+                        b.last = monitor.stats();
+                        b.since = Instant::now();
+                    }
+                    barrier.wait();
+                }
+                res
             });
             if bg {
                 background.push(h);
@@ -366,30 +469,40 @@ pub fn run(s: &Settings, w: Workload, ra: bool) -> anyhow::Result<Run> {
         }
         res
     })?;
-    let seconds = start.elapsed().as_secs_f64();
     drop(parts);
     let after = region.stats();
     if let Some(f) = &after.failed {
         anyhow::bail!("the region failed: {f}");
     }
-    Ok(Run {
-        workload: w,
-        readahead: ra,
-        vma_ra_max_order: after.vma_ra_max_order,
-        pages_per_thread: pages,
-        measured_threads: s.threads,
-        noise_threads: noise,
-        rounds: s.rounds,
-        seconds,
-        latency: hist.hist.snapshot().summary(),
-        waited: hist.waited(),
-        noise_latency: (noise > 0).then(|| noise_hist.hist.snapshot().summary()),
-        touches: hist.hist.snapshot(),
-        noise_touches: (noise > 0).then(|| noise_hist.hist.snapshot()),
-        runs: 1,
-        counts: Counts::between(&before, &after),
-        fault_latency: after.fault_latency,
-        resident_pages: after.resident_pages,
-        budget_pages: after.budget_pages,
-    })
+    let book = book.into_inner().unwrap_or_else(|p| p.into_inner());
+    let runs = [true, false]
+        .into_iter()
+        .filter(|ra| schedule.contains(ra))
+        .map(|ra| {
+            let k = idx(ra);
+            let touches = hists[k].hist.snapshot();
+            let noise_touches = (noise > 0).then(|| noise_hists[k].hist.snapshot());
+            Run {
+                workload: w,
+                readahead: ra,
+                vma_ra_max_order: s.max_order,
+                pages_per_thread: pages,
+                measured_threads: s.threads,
+                noise_threads: noise,
+                rounds: schedule.iter().filter(|&&x| x == ra).count(),
+                seconds: book.seconds[k],
+                latency: touches.summary(),
+                waited: hists[k].waited(),
+                noise_latency: noise_touches.as_ref().map(Snapshot::summary),
+                touches,
+                noise_touches,
+                runs: 1,
+                counts: book.counts[k],
+                fault_latency: book.fault[k].unwrap_or_default(),
+                resident_pages: after.resident_pages,
+                budget_pages: after.budget_pages,
+            }
+        })
+        .collect();
+    Ok(runs)
 }
