@@ -12,10 +12,11 @@
 //!   evictor stores a page for each one faulted in), from it with room for every page (the
 //!   fault service alone), then from a backing file after `idle all` + `writeback idle`.
 //!
-//! Each run of a workload switches readahead between its timed rounds, on, off, off, on
-//! (the next run off, on, on, off), after an untimed warm-up run of the same workload; each
-//! setting's rounds are merged, so that a round's place in the sequence favours neither,
-//! and both settings see the same stretch of the machine's life.
+//! Each run of a workload switches readahead every eighth of a timed round (a segment,
+//! about a quarter of a second with the defaults): on, off, off, on, ... (the next run off,
+//! on, on, off, ...), after an untimed warm-up run of the same workload. Each setting's
+//! segments are merged, so that a segment's place in the sequence favours neither, and both
+//! settings see the same stretches of the machine's life.
 //!
 //! The region is several times the resident budget; the first round writes every page (the
 //! region evicts as it goes), the `--rounds` per setting after it are timed: each page's
@@ -44,7 +45,7 @@ pub struct Args {
     #[arg(long, default_value_t = Size(64 << 20))]
     budget: Size,
     /// Timed rounds per readahead setting in each run, after the untimed round that writes
-    /// every page; a run switches readahead between rounds (on, off, off, on, ...).
+    /// every page; a run switches readahead every eighth of a round (on, off, off, on, ...).
     #[arg(long, default_value_t = 2)]
     rounds: usize,
     /// Runs of each workload, each on a fresh region, their rounds merged per setting.
@@ -200,13 +201,18 @@ fn measure(args: &Args, s: &Settings) -> anyhow::Result<Report> {
         if !args.json {
             crate::progress::print(|| eprintln!("warming up {}", w.name()));
         }
-        workload::run(s, w, &[true])?;
+        workload::run(s, w, &[true; workload::SEGMENTS])?;
         crate::progress::tick("");
         let mut pair: [Option<workload::Run>; 2] = [None, None];
         for i in 0..s.runs {
-            let schedule = schedule(s.rounds, i);
+            let schedule = schedule(s.rounds * workload::SEGMENTS, i);
             if !args.json {
-                let line = format!("running {}, readahead {}", w.name(), sequence(&schedule));
+                let line = format!(
+                    "running {}, readahead switched between segments ({} a round): {}, ...",
+                    w.name(),
+                    workload::SEGMENTS,
+                    sequence(&schedule[..4.min(schedule.len())])
+                );
                 crate::progress::print(|| eprintln!("{line}"));
             }
             for r in workload::run(s, w, &schedule)? {
@@ -268,11 +274,11 @@ fn measure(args: &Args, s: &Settings) -> anyhow::Result<Report> {
     })
 }
 
-/// The readahead setting of each of `rounds` rounds per setting: on, off, off, on, on, off,
+/// The readahead setting of each of `n` segments per setting: on, off, off, on, on, off,
 /// ...; run `run` of a workload starts with the other setting when it is odd (so that with
-/// one round per setting, too, each setting goes first equally often).
-fn schedule(rounds: usize, run: usize) -> Vec<bool> {
-    (0..rounds)
+/// one segment per setting, too, each setting goes first equally often).
+fn schedule(n: usize, run: usize) -> Vec<bool> {
+    (0..n)
         .flat_map(|i| {
             let on_first = (i + run).is_multiple_of(2);
             [on_first, !on_first]
@@ -375,8 +381,8 @@ fn print(r: &Report) {
     let mib = |b: usize| b as f64 / (1 << 20) as f64;
     println!(
         "region {:.0} MiB, budget {:.0} MiB, {} timed rounds per readahead setting after a \
-         writing round, in each of {} runs per workload (readahead switched between rounds: \
-         on, off, off, on, ...), {} measured threads (+{} random in combined), {} us of work per page, {}, \
+         writing round, in each of {} runs per workload (readahead switched every eighth of a \
+         round: on, off, off, on, ...), {} measured threads (+{} random in combined), {} us of work per page, {}, \
          vma_ra_max_order {}, faults served {}",
         mib(s.size),
         mib(s.budget),

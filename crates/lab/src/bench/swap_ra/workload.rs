@@ -139,7 +139,7 @@ pub struct Run {
     /// Region counters over this setting's timed rounds (all workers; taken as the
     /// setting switches, with no touch in flight).
     pub counts: Counts,
-    /// The handler's own time per fault over this setting's first timed round (all
+    /// The handler's own time per fault over this setting's first timed segment (all
     /// workers).
     pub fault_latency: Summary,
     /// Pages resident after the run, and the budget.
@@ -337,16 +337,21 @@ struct Book {
     since: Instant,
 }
 
-/// Runs `w` on one region, its timed rounds with readahead as `schedule` says (one setting
-/// per round, switched between rounds while every measured worker waits); returns one
-/// [`Run`] per setting the schedule has, readahead on first.
+/// A timed round is done in this many segments (each a measured worker's share of the
+/// round's pages, in the round's order), and readahead may change between any two.
+pub const SEGMENTS: usize = 8;
+
+/// Runs `w` on one region, its timed rounds' segments with readahead as `schedule` says
+/// (one setting per segment, [`SEGMENTS`] segments a round, switched while every measured
+/// worker waits); returns one [`Run`] per setting the schedule has, readahead on first.
 ///
 /// Switching within a run, rather than running each setting on a region of its own, puts
-/// both settings' rounds in the same stretch of the machine's life: the random workload's
-/// p90 moved by up to 13% between separate runs (the VM's noisy stretches), more than the
-/// 5% the comparison asks.
+/// both settings in the same stretch of the machine's life: the random workload's p90 moved
+/// by up to 13% between separate runs (the VM's noisy stretches), more than the 5% the
+/// comparison asks, and still by up to 6% when the setting changed only between whole
+/// rounds (about 2 s each).
 pub fn run(s: &Settings, w: Workload, schedule: &[bool]) -> anyhow::Result<Vec<Run>> {
-    anyhow::ensure!(!schedule.is_empty(), "no timed round to run");
+    anyhow::ensure!(!schedule.is_empty(), "no timed segment to run");
     let noise = if w == Workload::Combined {
         s.noise_threads
     } else {
@@ -420,11 +425,16 @@ pub fn run(s: &Settings, w: Workload, schedule: &[bool]) -> anyhow::Result<Vec<R
                     return Ok(());
                 }
                 let mut res = Ok(());
-                for (r, &ra) in schedule.iter().enumerate() {
+                let mut o = Vec::new();
+                for (i, &ra) in schedule.iter().enumerate() {
+                    let (r, seg) = (i / SEGMENTS, i % SEGMENTS);
+                    if seg == 0 {
+                        o = order(pages, random, &mut rng);
+                    }
                     if res.is_ok() && !failed.load(Ordering::Relaxed) {
-                        let o = order(pages, random, &mut rng);
+                        let o = &o[seg * pages / SEGMENTS..(seg + 1) * pages / SEGMENTS];
                         let sink = Sink::Round(&hists[idx(ra)]);
-                        res = round(part, &o, r as u64 + 1, s.work_us, &sink);
+                        res = round(part, o, r as u64 + 1, s.work_us, &sink);
                         if res.is_err() {
                             failed.store(true, Ordering::Relaxed);
                         }
@@ -439,7 +449,7 @@ pub fn run(s: &Settings, w: Workload, schedule: &[bool]) -> anyhow::Result<Vec<R
                         b.counts[k] += c;
                         b.fault[k].get_or_insert(now.fault_latency);
                         b.seconds[k] += b.since.elapsed().as_secs_f64();
-                        if let Some(&next) = schedule.get(r + 1) {
+                        if let Some(&next) = schedule.get(i + 1) {
                             monitor.set_readahead(cfg(next));
                             current.store(idx(next), Ordering::Relaxed);
                         }
@@ -489,7 +499,7 @@ pub fn run(s: &Settings, w: Workload, schedule: &[bool]) -> anyhow::Result<Vec<R
                 pages_per_thread: pages,
                 measured_threads: s.threads,
                 noise_threads: noise,
-                rounds: schedule.iter().filter(|&&x| x == ra).count(),
+                rounds: schedule.iter().filter(|&&x| x == ra).count() / SEGMENTS,
                 seconds: book.seconds[k],
                 latency: touches.summary(),
                 waited: hists[k].waited(),
