@@ -1,5 +1,6 @@
-//! `zramd-lab bench uswap` on a tiny region, once: its JSON has every workload with
-//! readahead on and off, the fault tiers (the compressed ones in both fault modes) and the
+//! `zramd-lab bench uswap` on a tiny region, once: its JSON has every workload with its
+//! pages read back from the compressed tier and from the backing file, readahead on and off,
+//! the fault tiers (the compressed ones in both fault modes) and the
 //! targets, and the counts that follow from the workloads' definitions hold. Structure
 //! only: no latency is asserted.
 
@@ -45,13 +46,20 @@ fn bench_uswap_reports_every_workload_and_tier() {
     assert_eq!(s["noise_threads"], 1);
 
     let runs = r["runs"].as_array().expect("runs");
-    assert_eq!(runs.len(), 6, "{r}");
-    for w in ["sequential", "random", "combined"] {
+    // Each workload, pages from the compressed tier and from the backing file, readahead
+    // on and off.
+    assert_eq!(runs.len(), 12, "{r}");
+    let find = |w: &str, source: &str, ra: bool| {
+        runs.iter()
+            .find(|x| x["workload"] == w && x["source"] == source && x["readahead"] == ra)
+            .unwrap_or_else(|| panic!("{w} {source} readahead {ra} missing: {r}"))
+    };
+    for (w, source) in ["sequential", "random", "combined"]
+        .into_iter()
+        .flat_map(|w| ["compressed", "written_back"].map(|src| (w, src)))
+    {
         for ra in [true, false] {
-            let run = runs
-                .iter()
-                .find(|x| x["workload"] == w && x["readahead"] == ra)
-                .unwrap_or_else(|| panic!("{w} readahead {ra} missing: {r}"));
+            let run = find(w, source, ra);
             let pages = run["pages_per_thread"].as_u64().unwrap();
             let threads = run["measured_threads"].as_u64().unwrap();
             assert_eq!(threads, 2, "{run}");
@@ -76,23 +84,26 @@ fn bench_uswap_reports_every_workload_and_tier() {
                 assert_eq!(c["swap_ra"], 0, "{run}");
                 assert_eq!(c["pswpin"], c["pgmajfault"], "{run}");
             }
+            if source == "written_back" {
+                // Everything the device held went to the file before every timed round, so
+                // faults read it.
+                assert!(run["written_back_pages"].as_u64() > Some(0), "{run}");
+                assert!(run["bd_reads"].as_u64() > Some(0), "{run}");
+            } else {
+                assert_eq!(run["written_back_pages"], 0, "{run}");
+                assert_eq!(run["bd_reads"], 0, "{run}");
+            }
         }
-        let count = |ra: bool, key: &str| {
-            runs.iter()
-                .find(|x| x["workload"] == w && x["readahead"] == ra)
-                .and_then(|x| x["counts"][key].as_u64())
-                .unwrap()
-        };
+        let count = |ra: bool, key: &str| find(w, source, ra)["counts"][key].as_u64().unwrap();
         assert!(
             count(true, "swap_ra_hit") + count(false, "swap_ra_hit") <= count(true, "swap_ra"),
-            "{w}: more hits than pages read ahead: {r}"
+            "{w} {source}: more hits than pages read ahead: {r}"
         );
     }
-    let seq_on = runs
-        .iter()
-        .find(|x| x["workload"] == "sequential" && x["readahead"] == true)
-        .unwrap();
-    assert!(seq_on["counts"]["swap_ra"].as_u64() > Some(0), "{seq_on}");
+    for source in ["compressed", "written_back"] {
+        let seq_on = find("sequential", source, true);
+        assert!(seq_on["counts"]["swap_ra"].as_u64() > Some(0), "{seq_on}");
+    }
 
     let tiers = r["tiers"].as_array().expect("tiers");
     assert_eq!(tiers.len(), 5, "{r}");
@@ -130,6 +141,9 @@ fn bench_uswap_reports_every_workload_and_tier() {
         "random p90 on/off",
         "random avg on/off",
         "combined p90 on/off",
+        "written back: sequential p90 on/off",
+        "written back: random p90 on/off",
+        "written back: combined p90 on/off",
         "compressed-tier fault p50 (us)",
         "compressed-tier fault p99 (us)",
         "compressed, no eviction: p50 (us)",

@@ -5,7 +5,7 @@
 
 use uswap::histogram::Summary;
 
-use crate::bench::swap_ra::{self, workload::Run};
+use crate::bench::swap_ra::{self, tier::Source, workload::Run};
 
 use super::plot::{Chart, Series, lines};
 use super::published::{S002, numbers};
@@ -61,10 +61,16 @@ const HEADER: [&str; 12] = [
     "99th",
 ];
 
-fn workload_table(name: &str, base: &str, opt: &str, runs: &[Run]) -> Option<Table> {
+fn workload_table(
+    name: &str,
+    base: &str,
+    opt: &str,
+    runs: &[Run],
+    source: Source,
+) -> Option<Table> {
     let get = |ra: bool| {
         runs.iter()
-            .find(|r| r.workload.name() == name && r.readahead == ra)
+            .find(|r| r.workload.name() == name && r.readahead == ra && r.source == source)
     };
     let (off, on) = (get(false)?, get(true)?);
     let row = |who: &str, cells: Vec<String>| {
@@ -89,13 +95,21 @@ fn workload_table(name: &str, base: &str, opt: &str, runs: &[Run]) -> Option<Tab
         0.0
     };
     Some(Table {
-        title: format!("{name} workload: first-touch latency"),
+        title: match source {
+            Source::Compressed => format!("{name} workload: first-touch latency"),
+            Source::WrittenBack => {
+                format!("{name} workload, pages written back to a file: first-touch latency")
+            }
+        },
         markdown: format!(
             "{}{}{}{}",
             block("Seed, base kernel", base),
             block("Seed, optimized kernel (VMA readahead)", opt),
             block(
-                "zramd (uswap), readahead off / on, measured now",
+                &format!(
+                    "zramd (uswap, pages from the {} tier), readahead off / on, measured now",
+                    source.name()
+                ),
                 &format!(
                     "{}\n\n{}",
                     seed_lines(&off.latency, min_us(off)),
@@ -116,8 +130,12 @@ fn cdf(ctx: &Ctx, runs: &[Run]) -> anyhow::Result<(Plot, String)> {
     let mut rows = Vec::new();
     for r in runs {
         let name = format!(
-            "{}, ra {}",
+            "{}{}, ra {}",
             r.workload.name(),
+            match r.source {
+                Source::Compressed => "",
+                Source::WrittenBack => ", written back",
+            },
             if r.readahead { "on" } else { "off" }
         );
         let mut points = Vec::new();
@@ -127,6 +145,7 @@ fn cdf(ctx: &Ctx, runs: &[Run]) -> anyhow::Result<(Plot, String)> {
             points.push((us.max(0.01).log10(), q));
             rows.push(vec![
                 r.workload.name().to_owned(),
+                r.source.name().to_owned(),
                 r.readahead.to_string(),
                 format!("{q:.3}"),
                 format!("{us:.3}"),
@@ -151,7 +170,10 @@ fn cdf(ctx: &Ctx, runs: &[Run]) -> anyhow::Result<(Plot, String)> {
     };
     Ok((
         plot,
-        csv(&["workload", "readahead", "quantile", "latency_us"], &rows),
+        csv(
+            &["workload", "source", "readahead", "quantile", "latency_us"],
+            &rows,
+        ),
     ))
 }
 
@@ -189,19 +211,25 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Section> {
             None => return Err(e),
         },
     };
-    for (name, base, opt) in S002 {
-        if let Some(t) = workload_table(name, base, opt, &report.runs) {
-            section.tables.push(t);
+    for source in [Source::Compressed, Source::WrittenBack] {
+        for (name, base, opt) in S002 {
+            if let Some(t) = workload_table(name, base, opt, &report.runs, source) {
+                section.tables.push(t);
+            }
         }
     }
     let mut rows = Vec::new();
     for r in &report.runs {
-        let mut row = vec![r.workload.name().to_owned(), r.readahead.to_string()];
+        let mut row = vec![
+            r.workload.name().to_owned(),
+            r.source.name().to_owned(),
+            r.readahead.to_string(),
+        ];
         row.extend(our_cells(r));
         rows.push(row);
     }
     for t in &report.tiers {
-        let mut row = vec![format!("tier {}", t.label()), "false".into()];
+        let mut row = vec![format!("tier {}", t.label()), String::new(), "false".into()];
         let s = &t.latency;
         let cells = [
             s.avg_us, s.max_us, s.p50_us, s.p60_us, s.p70_us, s.p80_us, s.p90_us, s.p95_us,
@@ -215,6 +243,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Section> {
     }
     let header = [
         "workload",
+        "source",
         "readahead",
         "samples",
         "avg_us",

@@ -24,6 +24,7 @@
 //! `--work-us` of CPU work is done on the page.
 
 mod floor;
+mod print;
 pub mod tier;
 pub mod workload;
 
@@ -33,6 +34,7 @@ use anyhow::Context as _;
 use serde::Serialize;
 use zram::{Algorithm, Size};
 
+use tier::Source;
 use tier::{Tier, TierRun};
 use workload::{Run, Settings, Workload};
 
@@ -72,6 +74,12 @@ pub struct Args {
     /// Which workload to run.
     #[arg(long, value_enum, default_value_t = Which::All)]
     workload: Which,
+    /// Where the workloads' faults read pages back from: the compressed pool, the backing
+    /// file (every page the device holds written back before each timed round, as the
+    /// seed's swap-ins read a disk), or each in turn
+    /// (default: both for `--workload all`, compressed for one workload).
+    #[arg(long, value_enum)]
+    tier: Option<Tiers>,
     /// Where the regions' faults are served: `in-thread` (the faulting thread, from
     /// SIGBUS; the default) or `handlers` (handler threads). The fault workload also runs its
     /// compressed tiers in the other mode, side by side.
@@ -84,6 +92,13 @@ pub struct Args {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Tiers {
+    Compressed,
+    WrittenBack,
+    Both,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -101,7 +116,7 @@ enum Which {
 #[derive(Debug, Serialize)]
 pub struct Target {
     /// What is compared.
-    pub name: &'static str,
+    pub name: String,
     /// The figure measured.
     pub value: f64,
     /// The target, in words.
@@ -161,7 +176,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             if args.json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
-                print(&report);
+                print::report(&report);
             }
             Ok(())
         }
@@ -185,37 +200,65 @@ fn measure(args: &Args, s: &Settings) -> anyhow::Result<Report> {
         Which::Fault | Which::Floor => &[],
         Which::All => &[Workload::Sequential, Workload::Random, Workload::Combined],
     };
+    let sources: &[Source] = match args.tier {
+        Some(Tiers::Compressed) => &[Source::Compressed],
+        Some(Tiers::WrittenBack) => &[Source::WrittenBack],
+        Some(Tiers::Both) => &[Source::Compressed, Source::WrittenBack],
+        None if args.workload == Which::All => &[Source::Compressed, Source::WrittenBack],
+        None => &[Source::Compressed],
+    };
     let mut runs = Vec::new();
     // A step per run: the warm-up and the timed runs per workload, five fault tiers.
     let fault = matches!(args.workload, Which::Fault | Which::All);
     let floor = args.workload == Which::Floor;
-    let steps =
-        workloads.len() * (1 + s.runs) + if fault { 5 } else { 0 } + if floor { 3 } else { 0 };
+    let steps = workloads.len() * sources.len() * (1 + s.runs)
+        + if fault { 5 } else { 0 }
+        + if floor { 3 } else { 0 };
     let _bar = crate::progress::bar("uswap", steps as u64);
-    for &w in workloads {
+    let needs_file = fault || sources.contains(&Source::WrittenBack);
+    let (file, _remove) = match &args.backing_dev {
+        Some(f) => (Some(f.clone()), None),
+        None if needs_file => {
+            let f =
+                std::env::temp_dir().join(format!("zramd-bench-uswap-{}.img", std::process::id()));
+            std::fs::File::create(&f).with_context(|| format!("create {}", f.display()))?;
+            (Some(f.clone()), Some(Remove(f)))
+        }
+        None => (None, None),
+    };
+    for (&w, &source) in workloads
+        .iter()
+        .flat_map(|w| sources.iter().map(move |src| (w, src)))
+    {
+        let backing = match source {
+            Source::Compressed => None,
+            Source::WrittenBack => file.as_deref(),
+        };
         // On, off, off, on: a round's place in the sequence costs or gains a few percent
         // (measured between runs: the second of a pair of identical runs is faster), which
         // this order spreads evenly over both settings.
         // The first run of a workload is slower than the same run later (allocator arenas,
         // the page cache, frequencies settling): an untimed one goes first.
         if !args.json {
-            crate::progress::print(|| eprintln!("warming up {}", w.name()));
+            let line = format!("warming up {}, {}", w.name(), source.name());
+            crate::progress::print(|| eprintln!("{line}"));
         }
-        workload::run(s, w, &[true; workload::SEGMENTS])?;
+        workload::run(s, w, &[true; workload::SEGMENTS], backing)?;
         crate::progress::tick("");
         let mut pair: [Option<workload::Run>; 2] = [None, None];
         for i in 0..s.runs {
             let schedule = schedule(s.rounds * workload::SEGMENTS, i);
             if !args.json {
                 let line = format!(
-                    "running {}, readahead switched between segments ({} a round): {}, ...",
+                    "running {}, {}, readahead switched between segments ({} a round): {}, ...",
                     w.name(),
+                    source.name(),
                     workload::SEGMENTS,
                     sequence(&schedule[..4.min(schedule.len())])
                 );
                 crate::progress::print(|| eprintln!("{line}"));
             }
-            for r in workload::run(s, w, &schedule)? {
+            for r in workload::run(s, w, &schedule, backing)? {
                 match &mut pair[usize::from(!r.readahead)] {
                     Some(have) => have.merge(r),
                     slot => *slot = Some(r),
@@ -241,16 +284,7 @@ fn measure(args: &Args, s: &Settings) -> anyhow::Result<Report> {
             tiers.push(tier::run(s, Tier::CompressedAlone, None)?);
             crate::progress::tick("");
         }
-        let (file, _remove) = match &args.backing_dev {
-            Some(f) => (f.clone(), None),
-            None => {
-                let f = std::env::temp_dir()
-                    .join(format!("zramd-bench-uswap-{}.img", std::process::id()));
-                std::fs::File::create(&f).with_context(|| format!("create {}", f.display()))?;
-                (f.clone(), Some(Remove(f)))
-            }
-        };
-        tiers.push(tier::run(s, Tier::WrittenBack, Some(&file))?);
+        tiers.push(tier::run(s, Tier::WrittenBack, file.as_deref())?);
         crate::progress::tick("");
     }
     let mut floors = Vec::new();
@@ -288,7 +322,7 @@ fn schedule(n: usize, run: usize) -> Vec<bool> {
 
 /// `schedule` in words: `on, off, off, on`.
 fn sequence(schedule: &[bool]) -> String {
-    let words: Vec<&str> = schedule.iter().map(|&ra| on_off(ra)).collect();
+    let words: Vec<&str> = schedule.iter().map(|&ra| print::on_off(ra)).collect();
     words.join(", ")
 }
 
@@ -297,54 +331,59 @@ fn cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-fn on_off(ra: bool) -> &'static str {
-    if ra { "on" } else { "off" }
-}
-
 /// Issue 14's targets, the fault tiers' in the mode `faults` the run chose.
 fn targets(runs: &[Run], tiers: &[TierRun], faults: uswap::FaultMode) -> Vec<Target> {
-    let get = |w: Workload, ra: bool| runs.iter().find(|r| r.workload == w && r.readahead == ra);
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
     let mut out = Vec::new();
-    if let (Some(on), Some(off)) = (
-        get(Workload::Sequential, true),
-        get(Workload::Sequential, false),
-    ) {
-        let v = ratio(on.latency.p90_us, off.latency.p90_us);
-        out.push(Target {
-            name: "sequential p90 on/off",
-            value: v,
-            target: "<= 0.1",
-            met: v <= 0.1,
-        });
-    }
-    if let (Some(on), Some(off)) = (get(Workload::Random, true), get(Workload::Random, false)) {
-        let p90 = ratio(on.latency.p90_us, off.latency.p90_us);
-        let avg = ratio(on.latency.avg_us, off.latency.avg_us);
-        out.push(Target {
-            name: "random p90 on/off",
-            value: p90,
-            target: "within 5% of 1",
-            met: (p90 - 1.0).abs() <= 0.05,
-        });
-        out.push(Target {
-            name: "random avg on/off",
-            value: avg,
-            target: "within 5% of 1",
-            met: (avg - 1.0).abs() <= 0.05,
-        });
-    }
-    if let (Some(on), Some(off)) = (
-        get(Workload::Combined, true),
-        get(Workload::Combined, false),
-    ) {
-        let v = ratio(on.latency.p90_us, off.latency.p90_us);
-        out.push(Target {
-            name: "combined p90 on/off",
-            value: v,
-            target: "<= 0.5",
-            met: v <= 0.5,
-        });
+    for source in [Source::Compressed, Source::WrittenBack] {
+        let get = |w: Workload, ra: bool| {
+            runs.iter()
+                .find(|r| r.workload == w && r.readahead == ra && r.source == source)
+        };
+        let name = |what: &str| match source {
+            Source::Compressed => what.to_owned(),
+            Source::WrittenBack => format!("written back: {what}"),
+        };
+        if let (Some(on), Some(off)) = (
+            get(Workload::Sequential, true),
+            get(Workload::Sequential, false),
+        ) {
+            let v = ratio(on.latency.p90_us, off.latency.p90_us);
+            out.push(Target {
+                name: name("sequential p90 on/off"),
+                value: v,
+                target: "<= 0.1",
+                met: v <= 0.1,
+            });
+        }
+        if let (Some(on), Some(off)) = (get(Workload::Random, true), get(Workload::Random, false)) {
+            let p90 = ratio(on.latency.p90_us, off.latency.p90_us);
+            let avg = ratio(on.latency.avg_us, off.latency.avg_us);
+            out.push(Target {
+                name: name("random p90 on/off"),
+                value: p90,
+                target: "within 5% of 1",
+                met: (p90 - 1.0).abs() <= 0.05,
+            });
+            out.push(Target {
+                name: name("random avg on/off"),
+                value: avg,
+                target: "within 5% of 1",
+                met: (avg - 1.0).abs() <= 0.05,
+            });
+        }
+        if let (Some(on), Some(off)) = (
+            get(Workload::Combined, true),
+            get(Workload::Combined, false),
+        ) {
+            let v = ratio(on.latency.p90_us, off.latency.p90_us);
+            out.push(Target {
+                name: name("combined p90 on/off"),
+                value: v,
+                target: "<= 0.5",
+                met: v <= 0.5,
+            });
+        }
     }
     for (tier, p50, p99) in [
         (
@@ -360,13 +399,13 @@ fn targets(runs: &[Run], tiers: &[TierRun], faults: uswap::FaultMode) -> Vec<Tar
     ] {
         if let Some(t) = tiers.iter().find(|t| t.tier == tier && t.faults == faults) {
             out.push(Target {
-                name: p50,
+                name: p50.to_owned(),
                 value: t.latency.p50_us,
                 target: "<= 10",
                 met: t.latency.p50_us <= 10.0,
             });
             out.push(Target {
-                name: p99,
+                name: p99.to_owned(),
                 value: t.latency.p99_us,
                 target: "<= 40",
                 met: t.latency.p99_us <= 40.0,
@@ -374,161 +413,6 @@ fn targets(runs: &[Run], tiers: &[TierRun], faults: uswap::FaultMode) -> Vec<Tar
         }
     }
     out
-}
-
-fn print(r: &Report) {
-    let s = &r.settings;
-    let mib = |b: usize| b as f64 / (1 << 20) as f64;
-    println!(
-        "region {:.0} MiB, budget {:.0} MiB, {} timed rounds per readahead setting after a \
-         writing round, in each of {} runs per workload (readahead switched every eighth of a \
-         round: on, off, off, on, ...), {} measured threads (+{} random in combined), {} us of work per page, {}, \
-         vma_ra_max_order {}, faults served {}",
-        mib(s.size),
-        mib(s.budget),
-        s.rounds,
-        s.runs,
-        s.threads,
-        s.noise_threads,
-        s.work_us,
-        s.algorithm,
-        s.max_order,
-        s.faults.name()
-    );
-    println!(
-        "\nprogram-observed latency of each page's first touch per round (us), measured threads"
-    );
-    println!(
-        "{:<34} {:>9} {:>8} {:>9} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7}",
-        "workload",
-        "samples",
-        "avg",
-        "max",
-        "p50",
-        "p60",
-        "p70",
-        "p80",
-        "p90",
-        "p95",
-        "p99",
-        "secs"
-    );
-    let row = |name: String, l: &uswap::histogram::Summary, secs: f64| {
-        println!(
-            "{name:<34} {:>9} {:>8.2} {:>9.1} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.1}",
-            l.samples,
-            l.avg_us,
-            l.max_us,
-            l.p50_us,
-            l.p60_us,
-            l.p70_us,
-            l.p80_us,
-            l.p90_us,
-            l.p95_us,
-            l.p99_us,
-            secs
-        );
-    };
-    for run in &r.runs {
-        row(
-            format!("{} ra {}", run.workload.name(), on_off(run.readahead)),
-            &run.latency,
-            run.seconds,
-        );
-    }
-    for t in &r.tiers {
-        row(t.label(), &t.latency, f64::NAN);
-    }
-    for f in &r.floors {
-        row(f.wait.name().to_owned(), &f.latency, f64::NAN);
-    }
-    for f in &r.floors {
-        row(format!("{}: UFFDIO_COPY", f.wait.name()), &f.copy, f64::NAN);
-        row(format!("{}: UFFDIO_WAKE", f.wait.name()), &f.wake, f64::NAN);
-    }
-    println!(
-        "\nfirst touches that took 2 us or more (measured threads); region counters over the \
-         timed rounds (all threads); handler time per fault (us)"
-    );
-    println!(
-        "{:<34} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7} {:>7}",
-        "workload",
-        "waited",
-        "pgfault",
-        "majfault",
-        "swap_ra",
-        "ra_hit",
-        "pswpin",
-        "pswpout",
-        "h.avg",
-        "h.p50",
-        "h.p90",
-        "h.p99"
-    );
-    let counts = |name: String,
-                  waited: u64,
-                  c: &workload::Counts,
-                  f: &uswap::histogram::Summary| {
-        println!(
-            "{name:<34} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8.2} {:>7.2} {:>7.2} {:>7.2}",
-            waited,
-            c.pgfault,
-            c.pgmajfault,
-            c.swap_ra,
-            c.swap_ra_hit,
-            c.pswpin,
-            c.pswpout,
-            f.avg_us,
-            f.p50_us,
-            f.p90_us,
-            f.p99_us
-        );
-    };
-    for run in &r.runs {
-        counts(
-            format!("{} ra {}", run.workload.name(), on_off(run.readahead)),
-            run.waited,
-            &run.counts,
-            &run.fault_latency,
-        );
-    }
-    for t in &r.tiers {
-        counts(t.label(), t.waited, &t.counts, &t.fault_latency);
-    }
-    for run in &r.runs {
-        if let Some(n) = &run.noise_latency {
-            println!(
-                "\n{} ra {}: {} random background samples, avg {:.2} us, p90 {:.2} us (not a target)",
-                run.workload.name(),
-                on_off(run.readahead),
-                n.samples,
-                n.avg_us,
-                n.p90_us
-            );
-        }
-    }
-    for t in &r.tiers {
-        if t.tier == Tier::WrittenBack {
-            println!(
-                "\nwritten-back tier: {} pages written back in all, {} read back from {}",
-                t.written_back_pages,
-                t.bd_reads,
-                t.backing_dev
-                    .as_ref()
-                    .map_or_else(String::new, |p| p.display().to_string())
-            );
-        }
-    }
-    println!("\nissue 14's targets (information, not assertions)");
-    for t in &r.targets {
-        println!(
-            "  {:<32} {:>8.3}  target {:<15} {}",
-            t.name,
-            t.value,
-            t.target,
-            if t.met { "met" } else { "NOT met" }
-        );
-    }
 }
 
 /// Removes the temporary backing file when the bench ends, however it ends.

@@ -3,6 +3,7 @@
 //! CPU work on each page; the first touch of each page is timed as the program sees it.
 //! One run switches readahead on and off between its rounds ([`run`]).
 
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Barrier, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -15,6 +16,8 @@ use serde::Serialize;
 use uswap::histogram::{Histogram, Snapshot, Summary};
 use uswap::{FaultMode, Part, ReadaheadConfig, Region, RegionConfig, RegionStats};
 use zram::{Algorithm, ZramConfig};
+
+use super::tier::{Source, write_back_all};
 
 pub const PAGE: usize = uswap::sys::PAGE_SIZE;
 
@@ -118,6 +121,8 @@ impl std::ops::AddAssign for Counts {
 #[derive(Debug, Clone, Serialize)]
 pub struct Run {
     pub workload: Workload,
+    /// Where faults read pages back from.
+    pub source: Source,
     pub readahead: bool,
     pub vma_ra_max_order: u32,
     /// Pages per part (each worker's part).
@@ -142,6 +147,10 @@ pub struct Run {
     /// The handler's own time per fault over this setting's first timed segment (all
     /// workers).
     pub fault_latency: Summary,
+    /// Pages written to the backing file in the run, both settings (written-back source).
+    pub written_back_pages: u64,
+    /// Pages read back from the backing file in this setting's segments (`bd_stat`).
+    pub bd_reads: u64,
     /// Pages resident after the run, and the budget.
     pub resident_pages: u64,
     pub budget_pages: u64,
@@ -316,6 +325,8 @@ impl Run {
         }
         self.waited += other.waited;
         self.counts += other.counts;
+        self.written_back_pages += other.written_back_pages;
+        self.bd_reads += other.bd_reads;
         self.seconds += other.seconds;
         self.rounds += other.rounds;
         self.runs += other.runs;
@@ -333,7 +344,10 @@ struct Book {
     /// The handler's time per fault over the setting's first round.
     fault: [Option<Summary>; 2],
     seconds: [f64; 2],
+    bd_reads: [u64; 2],
+    written_back: u64,
     last: RegionStats,
+    last_bd_reads: u64,
     since: Instant,
 }
 
@@ -350,7 +364,16 @@ pub const SEGMENTS: usize = 8;
 /// by up to 13% between separate runs (the VM's noisy stretches), more than the 5% the
 /// comparison asks, and still by up to 6% when the setting changed only between whole
 /// rounds (about 2 s each).
-pub fn run(s: &Settings, w: Workload, schedule: &[bool]) -> anyhow::Result<Vec<Run>> {
+///
+/// With a `backing` file, the pages are written back as [`Source::WrittenBack`] says (the
+/// device reads each page on its own, without its read-back cache of neighbours, so that
+/// readahead is the region's alone).
+pub fn run(
+    s: &Settings,
+    w: Workload,
+    schedule: &[bool],
+    backing: Option<&Path>,
+) -> anyhow::Result<Vec<Run>> {
     anyhow::ensure!(!schedule.is_empty(), "no timed segment to run");
     let noise = if w == Workload::Combined {
         s.noise_threads
@@ -359,7 +382,12 @@ pub fn run(s: &Settings, w: Workload, schedule: &[bool]) -> anyhow::Result<Vec<R
     };
     let nparts = s.threads + noise;
     let cfg = |ra| ReadaheadConfig::new(ra, s.max_order);
-    let mut region = region(s, nparts, cfg(schedule[0]), s.device())?;
+    let mut device = s.device();
+    if let Some(file) = backing {
+        device.backing_dev = Some(file.to_path_buf());
+        device.readback_readahead = false;
+    }
+    let mut region = region(s, nparts, cfg(schedule[0]), device)?;
     let monitor = region.monitor();
     let random = w == Workload::Random;
 
@@ -378,12 +406,19 @@ pub fn run(s: &Settings, w: Workload, schedule: &[bool]) -> anyhow::Result<Vec<R
         Ok(())
     })?;
 
+    let written_back = match backing {
+        Some(_) => write_back_all(region.device())?,
+        None => 0,
+    };
     region.reset_latency();
     let book = Mutex::new(Book {
         counts: [Counts::default(); 2],
         fault: [None, None],
         seconds: [0.0; 2],
+        bd_reads: [0; 2],
+        written_back,
         last: region.stats(),
+        last_bd_reads: region.device().bd_stat().bd_reads,
         since: Instant::now(),
     });
     let hists = [Touches::default(), Touches::default()];
@@ -449,12 +484,26 @@ pub fn run(s: &Settings, w: Workload, schedule: &[bool]) -> anyhow::Result<Vec<R
                         b.counts[k] += c;
                         b.fault[k].get_or_insert(now.fault_latency);
                         b.seconds[k] += b.since.elapsed().as_secs_f64();
+                        let bd_reads = monitor.device().bd_stat().bd_reads;
+                        b.bd_reads[k] += bd_reads - b.last_bd_reads;
                         if let Some(&next) = schedule.get(i + 1) {
                             monitor.set_readahead(cfg(next));
                             current.store(idx(next), Ordering::Relaxed);
+                            // Before each round (the rounds after the first), so that
+                            // its faults read pages evicted in the round before from the file.
+                            if backing.is_some() && (i + 1).is_multiple_of(SEGMENTS) {
+                                match write_back_all(monitor.device()) {
+                                    Ok(n) => b.written_back += n,
+                                    Err(e) => {
+                                        res = res.and(Err(e));
+                                        failed.store(true, Ordering::Relaxed);
+                                    }
+                                }
+                            }
                         }
                         monitor.reset_latency();
                         b.last = monitor.stats();
+                        b.last_bd_reads = monitor.device().bd_stat().bd_reads;
                         b.since = Instant::now();
                     }
                     barrier.wait();
@@ -494,6 +543,11 @@ pub fn run(s: &Settings, w: Workload, schedule: &[bool]) -> anyhow::Result<Vec<R
             let noise_touches = (noise > 0).then(|| noise_hists[k].hist.snapshot());
             Run {
                 workload: w,
+                source: if backing.is_some() {
+                    Source::WrittenBack
+                } else {
+                    Source::Compressed
+                },
                 readahead: ra,
                 vma_ra_max_order: s.max_order,
                 pages_per_thread: pages,
@@ -508,6 +562,8 @@ pub fn run(s: &Settings, w: Workload, schedule: &[bool]) -> anyhow::Result<Vec<R
                 noise_touches,
                 runs: 1,
                 counts: book.counts[k],
+                written_back_pages: book.written_back,
+                bd_reads: book.bd_reads[k],
                 fault_latency: book.fault[k].unwrap_or_default(),
                 resident_pages: after.resident_pages,
                 budget_pages: after.budget_pages,
