@@ -36,6 +36,7 @@ use zram::{Algorithm, Size};
 
 use tier::Source;
 use tier::{Tier, TierRun};
+use uswap::histogram::Summary;
 use workload::{Run, Settings, Workload};
 
 #[derive(Debug, clap::Args)]
@@ -335,54 +336,59 @@ fn cpus() -> usize {
 fn targets(runs: &[Run], tiers: &[TierRun], faults: uswap::FaultMode) -> Vec<Target> {
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
     let mut out = Vec::new();
+    type Stat = fn(&Summary) -> f64;
+    type Met = fn(f64) -> bool;
+    let p90: Stat = |s| s.p90_us;
+    let avg: Stat = |s| s.avg_us;
+    let within_5: Met = |v| (v - 1.0).abs() <= 0.05;
+    let on_off: [(Workload, &str, Stat, &str, Met); 4] = [
+        (
+            Workload::Sequential,
+            "sequential p90 on/off",
+            p90,
+            "<= 0.1",
+            |v| v <= 0.1,
+        ),
+        (
+            Workload::Random,
+            "random p90 on/off",
+            p90,
+            "within 5% of 1",
+            within_5,
+        ),
+        (
+            Workload::Random,
+            "random avg on/off",
+            avg,
+            "within 5% of 1",
+            within_5,
+        ),
+        (
+            Workload::Combined,
+            "combined p90 on/off",
+            p90,
+            "<= 0.5",
+            |v| v <= 0.5,
+        ),
+    ];
     for source in [Source::Compressed, Source::WrittenBack] {
-        let get = |w: Workload, ra: bool| {
-            runs.iter()
-                .find(|r| r.workload == w && r.readahead == ra && r.source == source)
-        };
-        let name = |what: &str| match source {
-            Source::Compressed => what.to_owned(),
-            Source::WrittenBack => format!("written back: {what}"),
-        };
-        if let (Some(on), Some(off)) = (
-            get(Workload::Sequential, true),
-            get(Workload::Sequential, false),
-        ) {
-            let v = ratio(on.latency.p90_us, off.latency.p90_us);
-            out.push(Target {
-                name: name("sequential p90 on/off"),
-                value: v,
-                target: "<= 0.1",
-                met: v <= 0.1,
-            });
-        }
-        if let (Some(on), Some(off)) = (get(Workload::Random, true), get(Workload::Random, false)) {
-            let p90 = ratio(on.latency.p90_us, off.latency.p90_us);
-            let avg = ratio(on.latency.avg_us, off.latency.avg_us);
-            out.push(Target {
-                name: name("random p90 on/off"),
-                value: p90,
-                target: "within 5% of 1",
-                met: (p90 - 1.0).abs() <= 0.05,
-            });
-            out.push(Target {
-                name: name("random avg on/off"),
-                value: avg,
-                target: "within 5% of 1",
-                met: (avg - 1.0).abs() <= 0.05,
-            });
-        }
-        if let (Some(on), Some(off)) = (
-            get(Workload::Combined, true),
-            get(Workload::Combined, false),
-        ) {
-            let v = ratio(on.latency.p90_us, off.latency.p90_us);
-            out.push(Target {
-                name: name("combined p90 on/off"),
-                value: v,
-                target: "<= 0.5",
-                met: v <= 0.5,
-            });
+        for &(w, what, stat, target, met) in &on_off {
+            let get = |ra: bool| {
+                runs.iter()
+                    .find(|r| r.workload == w && r.readahead == ra && r.source == source)
+            };
+            if let (Some(on), Some(off)) = (get(true), get(false)) {
+                let value = ratio(stat(&on.latency), stat(&off.latency));
+                out.push(Target {
+                    name: match source {
+                        Source::Compressed => what.to_owned(),
+                        Source::WrittenBack => format!("written back: {what}"),
+                    },
+                    value,
+                    target,
+                    met: met(value),
+                });
+            }
         }
     }
     for (tier, p50, p99) in [
