@@ -5,7 +5,7 @@
 
 use uswap::histogram::Summary;
 
-use crate::bench::swap_ra::{self, tier::Source, workload::Run};
+use crate::bench::swap_ra::{self, source::Source, workload::Run};
 
 use super::plot::{Chart, Series, lines};
 use super::published::{S002, numbers};

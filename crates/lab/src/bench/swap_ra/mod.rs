@@ -25,6 +25,7 @@
 
 mod floor;
 mod print;
+pub mod source;
 pub mod tier;
 pub mod workload;
 
@@ -34,7 +35,7 @@ use anyhow::Context as _;
 use serde::Serialize;
 use zram::{Algorithm, Size};
 
-use tier::Source;
+use source::Source;
 use tier::{Tier, TierRun};
 use uswap::histogram::Summary;
 use workload::{Run, Settings, Workload};

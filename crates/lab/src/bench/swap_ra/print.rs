@@ -1,7 +1,8 @@
 //! `bench uswap`'s text output.
 
 use super::Report;
-use super::tier::{Source, Tier};
+use super::source::Source;
+use super::tier::Tier;
 use super::workload::{self, Run};
 
 /// Prints `r` as text tables.

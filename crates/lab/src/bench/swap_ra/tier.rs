@@ -12,8 +12,8 @@ use rand::seq::SliceRandom;
 use serde::Serialize;
 use uswap::ReadaheadConfig;
 use uswap::histogram::Summary;
-use zram::{IdleRequest, Mode, WritebackRequest};
 
+use super::source::write_back_all;
 use super::workload::{Counts, PAGE, Settings, Touches, pattern, region};
 
 /// Where the faulted pages are served from.
@@ -38,37 +38,6 @@ impl Tier {
             Self::WrittenBack => "written back",
         }
     }
-}
-
-/// Where the pages a fault reads back come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Source {
-    /// The device's compressed pool.
-    Compressed,
-    /// The device's backing file: every page the device holds is written back (`idle
-    /// all`, `writeback idle`) before each timed round, so that faults read the file (pages
-    /// evicted in the same round excepted), as the seed's swap-ins read its disk.
-    WrittenBack,
-}
-
-impl Source {
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Compressed => "compressed",
-            Self::WrittenBack => "written back",
-        }
-    }
-}
-
-/// Writes every page `device` holds in memory to its backing file (`idle all`, then
-/// `writeback idle`); returns how many went.
-pub fn write_back_all(device: &zram::Zram) -> anyhow::Result<u64> {
-    device.mark_idle(IdleRequest::All);
-    let report = device
-        .writeback(&WritebackRequest::mode(Mode::Idle))
-        .context("writeback")?;
-    Ok(report.pages)
 }
 
 /// One tier's figures.

@@ -17,7 +17,7 @@ use uswap::histogram::{Histogram, Snapshot, Summary};
 use uswap::{FaultMode, Part, ReadaheadConfig, Region, RegionConfig, RegionStats};
 use zram::{Algorithm, ZramConfig};
 
-use super::tier::{Source, write_back_all};
+use super::source::{Source, write_back_all};
 
 pub const PAGE: usize = uswap::sys::PAGE_SIZE;
 

@@ -1,0 +1,36 @@
+//! Where a workload's faults read pages back from, and how pages get there.
+
+use anyhow::Context as _;
+use serde::Serialize;
+use zram::{IdleRequest, Mode, WritebackRequest};
+
+/// Where the pages a fault reads back come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// The device's compressed pool.
+    Compressed,
+    /// The device's backing file: every page the device holds is written back (`idle
+    /// all`, `writeback idle`) before each timed round, so that faults read the file (pages
+    /// evicted in the same round excepted), as the seed's swap-ins read its disk.
+    WrittenBack,
+}
+
+impl Source {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Compressed => "compressed",
+            Self::WrittenBack => "written back",
+        }
+    }
+}
+
+/// Writes every page `device` holds in memory to its backing file (`idle all`, then
+/// `writeback idle`); returns how many went.
+pub fn write_back_all(device: &zram::Zram) -> anyhow::Result<u64> {
+    device.mark_idle(IdleRequest::All);
+    let report = device
+        .writeback(&WritebackRequest::mode(Mode::Idle))
+        .context("writeback")?;
+    Ok(report.pages)
+}
