@@ -326,6 +326,23 @@ impl Monitor {
     pub fn device(&self) -> &Zram {
         &self.shared.zram
     }
+
+    /// Waits until no page of the region is on its way in or out (a fault's fill, a page
+    /// read ahead, an eviction round), for at most `timeout`; returns whether that moment
+    /// came (a failed region counts as quiet). The region's counters then hold no half-done
+    /// work, as far as pages already asked for go: a fault that starts later is not waited
+    /// for.
+    pub fn wait_quiet(&self, timeout: std::time::Duration) -> bool {
+        let s = &*self.shared;
+        let deadline = std::time::Instant::now() + timeout;
+        let mut t = s.table.lock();
+        while t.busy() > 0 && !s.failed() {
+            if s.moved.wait_until(&mut t, deadline).timed_out() {
+                return t.busy() == 0 || s.failed();
+            }
+        }
+        true
+    }
 }
 
 impl Drop for Region {

@@ -68,10 +68,7 @@ fn workload_table(
     runs: &[Run],
     source: Source,
 ) -> Option<Table> {
-    let get = |ra: bool| {
-        runs.iter()
-            .find(|r| r.workload.name() == name && r.readahead == ra && r.source == source)
-    };
+    let get = |ra| Run::find(runs, name, source, ra);
     let (off, on) = (get(false)?, get(true)?);
     let row = |who: &str, cells: Vec<String>| {
         let mut r = vec![who.to_owned()];
@@ -129,15 +126,7 @@ fn cdf(ctx: &Ctx, runs: &[Run]) -> anyhow::Result<(Plot, String)> {
     let mut series: Vec<Series> = Vec::new();
     let mut rows = Vec::new();
     for r in runs {
-        let name = format!(
-            "{}{}, ra {}",
-            r.workload.name(),
-            match r.source {
-                Source::Compressed => "",
-                Source::WrittenBack => ", written back",
-            },
-            if r.readahead { "on" } else { "off" }
-        );
+        let name = r.label();
         let mut points = Vec::new();
         for i in 0..=200 {
             let q = f64::from(i) / 200.0;

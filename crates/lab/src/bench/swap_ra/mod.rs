@@ -12,11 +12,16 @@
 //!   evictor stores a page for each one faulted in), from it with room for every page (the
 //!   fault service alone), then from a backing file after `idle all` + `writeback idle`.
 //!
+//! The three workloads read evicted pages back from the compressed pool, or (`--tier
+//! written-back`, and in `--workload all`) from the device's backing file, every page it
+//! holds written back before each timed round, as the seed's swap-ins read a disk.
+//!
 //! Each run of a workload switches readahead every eighth of a timed round (a segment,
-//! about a quarter of a second with the defaults): on, off, off, on, ... (the next run off,
-//! on, on, off, ...), after an untimed warm-up run of the same workload. Each setting's
-//! segments are merged, so that a segment's place in the sequence favours neither, and both
-//! settings see the same stretches of the machine's life.
+//! about a quarter of a second with the defaults): on, off, off, on, ... within a round, the
+//! next round starting with the other setting, and the next run too, after an untimed
+//! warm-up run of the same workload. Each setting's segments are merged: every place in a
+//! round has each setting equally often, so that none favours a setting, and both settings
+//! see the same stretches of the machine's life.
 //!
 //! The region is several times the resident budget; the first round writes every page (the
 //! region evicts as it goes), the `--rounds` per setting after it are timed: each page's
@@ -25,6 +30,7 @@
 
 mod floor;
 mod print;
+pub mod segments;
 pub mod source;
 pub mod tier;
 pub mod workload;
@@ -87,7 +93,8 @@ pub struct Args {
     /// compressed tiers in the other mode, side by side.
     #[arg(long, default_value = "in-thread")]
     faults: uswap::FaultMode,
-    /// Backing file of the written-back tier (default: a file in the temporary directory,
+    /// Backing file of the written-back tier and of the workloads' written-back source
+    /// (default: a file in the temporary directory,
     /// removed afterwards).
     #[arg(long)]
     backing_dev: Option<PathBuf>,
@@ -132,7 +139,8 @@ pub struct Target {
 pub struct Report {
     /// The settings every run used.
     pub settings: Settings,
-    /// One per workload and readahead setting (the two runs of each merged).
+    /// One per workload, source and readahead setting (each setting's segments of all the
+    /// runs merged).
     pub runs: Vec<Run>,
     /// The fault tiers.
     pub tiers: Vec<TierRun>,
@@ -236,31 +244,28 @@ fn measure(args: &Args, s: &Settings) -> anyhow::Result<Report> {
             Source::Compressed => None,
             Source::WrittenBack => file.as_deref(),
         };
-        // On, off, off, on: a round's place in the sequence costs or gains a few percent
-        // (measured between runs: the second of a pair of identical runs is faster), which
-        // this order spreads evenly over both settings.
         // The first run of a workload is slower than the same run later (allocator arenas,
         // the page cache, frequencies settling): an untimed one goes first.
         if !args.json {
             let line = format!("warming up {}, {}", w.name(), source.name());
             crate::progress::print(|| eprintln!("{line}"));
         }
-        workload::run(s, w, &[true; workload::SEGMENTS], backing)?;
+        segments::run(s, w, &[true; segments::SEGMENTS], backing)?;
         crate::progress::tick("");
         let mut pair: [Option<workload::Run>; 2] = [None, None];
         for i in 0..s.runs {
-            let schedule = schedule(s.rounds * workload::SEGMENTS, i);
+            let schedule = schedule(s.rounds, segments::SEGMENTS, i);
             if !args.json {
                 let line = format!(
                     "running {}, {}, readahead switched between segments ({} a round): {}, ...",
                     w.name(),
                     source.name(),
-                    workload::SEGMENTS,
+                    segments::SEGMENTS,
                     sequence(&schedule[..4.min(schedule.len())])
                 );
                 crate::progress::print(|| eprintln!("{line}"));
             }
-            for r in workload::run(s, w, &schedule, backing)? {
+            for r in segments::run(s, w, &schedule, backing)? {
                 match &mut pair[usize::from(!r.readahead)] {
                     Some(have) => have.merge(r),
                     slot => *slot = Some(r),
@@ -310,21 +315,25 @@ fn measure(args: &Args, s: &Settings) -> anyhow::Result<Report> {
     })
 }
 
-/// The readahead setting of each of `n` segments per setting: on, off, off, on, on, off,
-/// ...; run `run` of a workload starts with the other setting when it is odd (so that with
-/// one segment per setting, too, each setting goes first equally often).
-fn schedule(n: usize, run: usize) -> Vec<bool> {
-    (0..n)
-        .flat_map(|i| {
-            let on_first = (i + run).is_multiple_of(2);
-            [on_first, !on_first]
+/// The readahead setting of each segment of run `run`: `rounds` rounds per setting, so
+/// `2 * rounds` rounds of `segments` (even) segments. Within a round the settings go on,
+/// off, off, on, ...; each round starts with the other setting than the one before it, so
+/// that every place in a round (the first after a write-back, say) has each setting equally
+/// often within the run; odd runs start off.
+fn schedule(rounds: usize, segments: usize, run: usize) -> Vec<bool> {
+    (0..2 * rounds)
+        .flat_map(|r| {
+            (0..segments / 2).flat_map(move |p| {
+                let on_first = (p + r + run).is_multiple_of(2);
+                [on_first, !on_first]
+            })
         })
         .collect()
 }
 
 /// `schedule` in words: `on, off, off, on`.
 fn sequence(schedule: &[bool]) -> String {
-    let words: Vec<&str> = schedule.iter().map(|&ra| print::on_off(ra)).collect();
+    let words: Vec<&str> = schedule.iter().map(|&ra| workload::on_off(ra)).collect();
     words.join(", ")
 }
 
@@ -374,10 +383,7 @@ fn targets(runs: &[Run], tiers: &[TierRun], faults: uswap::FaultMode) -> Vec<Tar
     ];
     for source in [Source::Compressed, Source::WrittenBack] {
         for &(w, what, stat, target, met) in &on_off {
-            let get = |ra: bool| {
-                runs.iter()
-                    .find(|r| r.workload == w && r.readahead == ra && r.source == source)
-            };
+            let get = |ra| Run::find(runs, w.name(), source, ra);
             if let (Some(on), Some(off)) = (get(true), get(false)) {
                 let value = ratio(stat(&on.latency), stat(&off.latency));
                 out.push(Target {
@@ -434,22 +440,32 @@ impl Drop for Remove {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn rounds_alternate_so_that_each_setting_has_each_place_equally_often() {
-        let seq = super::schedule(4, 0);
+    fn each_setting_has_each_place_in_a_round_equally_often_within_a_run() {
+        let (on, off) = (true, false);
+        let seq = super::schedule(1, 4, 0);
         assert_eq!(
             seq,
-            [true, false, false, true, true, false, false, true],
+            [on, off, off, on, off, on, on, off],
             "on, off, off, on, ..."
         );
         assert_eq!(super::sequence(&seq[..3]), "on, off, off");
-        assert_eq!(super::schedule(1, 0), [true, false]);
-        assert_eq!(super::schedule(1, 1), [false, true], "odd runs start off");
-        assert_eq!(super::schedule(2, 1), [false, true, true, false]);
-        for rounds in 1..=9 {
-            for run in 0..2 {
-                let seq = super::schedule(rounds, run);
-                assert_eq!(seq.iter().filter(|&&on| on).count(), rounds);
-                assert_eq!(seq.len(), 2 * rounds);
+        assert_eq!(super::schedule(1, 2, 0), [on, off, off, on]);
+        assert_eq!(
+            super::schedule(1, 2, 1),
+            [off, on, on, off],
+            "odd runs start off"
+        );
+        for rounds in 1..=5 {
+            for segments in [2, 4, 8] {
+                for run in 0..2 {
+                    let seq = super::schedule(rounds, segments, run);
+                    assert_eq!(seq.len(), 2 * rounds * segments);
+                    assert_eq!(seq[0], run == 0);
+                    for place in 0..segments {
+                        let on = seq.iter().skip(place).step_by(segments).filter(|&&x| x);
+                        assert_eq!(on.count(), rounds, "{rounds} {segments} {run} {place}");
+                    }
+                }
             }
         }
     }

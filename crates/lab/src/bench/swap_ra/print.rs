@@ -3,7 +3,7 @@
 use super::Report;
 use super::source::Source;
 use super::tier::Tier;
-use super::workload::{self, Run};
+use super::workload;
 
 /// Prints `r` as text tables.
 pub(super) fn report(r: &Report) {
@@ -60,7 +60,7 @@ pub(super) fn report(r: &Report) {
         );
     };
     for run in &r.runs {
-        row(label(run), &run.latency, run.seconds);
+        row(run.label(), &run.latency, run.seconds);
     }
     for t in &r.tiers {
         row(t.label(), &t.latency, f64::NAN);
@@ -111,7 +111,7 @@ pub(super) fn report(r: &Report) {
         );
     };
     for run in &r.runs {
-        counts(label(run), run.waited, &run.counts, &run.fault_latency);
+        counts(run.label(), run.waited, &run.counts, &run.fault_latency);
     }
     for t in &r.tiers {
         counts(t.label(), t.waited, &t.counts, &t.fault_latency);
@@ -120,7 +120,7 @@ pub(super) fn report(r: &Report) {
         if let Some(n) = &run.noise_latency {
             println!(
                 "\n{}: {} random background samples, avg {:.2} us, p90 {:.2} us (not a target)",
-                label(run),
+                run.label(),
                 n.samples,
                 n.avg_us,
                 n.p90_us
@@ -129,8 +129,8 @@ pub(super) fn report(r: &Report) {
     }
     for run in r.runs.iter().filter(|r| r.source == Source::WrittenBack) {
         println!(
-            "\n{}: {} pages written back in the run (both settings), {} read back from the file",
-            label(run),
+            "\n{}: {} pages written back in its runs (both settings), {} read back from the file",
+            run.label(),
             run.written_back_pages,
             run.bd_reads
         );
@@ -157,20 +157,4 @@ pub(super) fn report(r: &Report) {
             if t.met { "met" } else { "NOT met" }
         );
     }
-}
-
-/// A workload run's row name: `random ra on`, `random, written back, ra on`.
-fn label(run: &Run) -> String {
-    match run.source {
-        Source::Compressed => format!("{} ra {}", run.workload.name(), on_off(run.readahead)),
-        Source::WrittenBack => format!(
-            "{}, written back, ra {}",
-            run.workload.name(),
-            on_off(run.readahead)
-        ),
-    }
-}
-
-pub(super) fn on_off(ra: bool) -> &'static str {
-    if ra { "on" } else { "off" }
 }

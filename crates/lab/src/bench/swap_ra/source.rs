@@ -1,8 +1,10 @@
 //! Where a workload's faults read pages back from, and how pages get there.
 
+use std::path::Path;
+
 use anyhow::Context as _;
 use serde::Serialize;
-use zram::{IdleRequest, Mode, WritebackRequest};
+use zram::{IdleRequest, Mode, WritebackRequest, ZramConfig};
 
 /// Where the pages a fault reads back come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -17,12 +19,31 @@ pub enum Source {
 }
 
 impl Source {
+    /// The source of a run with `backing` (a backing file) or without.
+    pub fn of(backing: Option<&Path>) -> Self {
+        match backing {
+            Some(_) => Self::WrittenBack,
+            None => Self::Compressed,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Self::Compressed => "compressed",
             Self::WrittenBack => "written back",
         }
     }
+}
+
+/// `config` with `backing` as its backing file, if any: each page is then read on its own,
+/// without the device's read-back cache of neighbours, so that what a fault costs, and what
+/// a region's readahead saves, is the region's alone.
+pub fn device(mut config: ZramConfig, backing: Option<&Path>) -> ZramConfig {
+    if let Some(file) = backing {
+        config.backing_dev = Some(file.to_path_buf());
+        config.readback_readahead = false;
+    }
+    config
 }
 
 /// Writes every page `device` holds in memory to its backing file (`idle all`, then

@@ -13,7 +13,7 @@ use serde::Serialize;
 use uswap::ReadaheadConfig;
 use uswap::histogram::Summary;
 
-use super::source::write_back_all;
+use super::source::{self, write_back_all};
 use super::workload::{Counts, PAGE, Settings, Touches, pattern, region};
 
 /// Where the faulted pages are served from.
@@ -72,16 +72,11 @@ impl TierRun {
 
 /// Runs one tier: one thread, no CPU work (the figure is the fault alone).
 pub fn run(s: &Settings, tier: Tier, backing: Option<&Path>) -> anyhow::Result<TierRun> {
-    let mut device = s.device();
-    if tier == Tier::WrittenBack {
-        device.backing_dev = Some(
-            backing
-                .context("the written-back tier needs a file")?
-                .into(),
-        );
-        // Every fault reads its own page from the file: no read-back cache of neighbours.
-        device.readback_readahead = false;
-    }
+    let backing = match tier {
+        Tier::WrittenBack => Some(backing.context("the written-back tier needs a file")?),
+        Tier::Compressed | Tier::CompressedAlone => None,
+    };
+    let device = source::device(s.device(), backing);
     let alone;
     let s = if tier == Tier::CompressedAlone {
         alone = Settings {

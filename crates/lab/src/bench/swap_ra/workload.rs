@@ -1,23 +1,18 @@
 //! The seed's workloads on a `uswap::Region`: worker threads, each on its own part of the
 //! region, touching every page of it once per round (in order or in a random order), with
 //! CPU work on each page; the first touch of each page is timed as the program sees it.
-//! One run switches readahead on and off between its rounds ([`run`]).
+//! A run of one is `segments::run`.
 
-use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Barrier, Mutex, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use rand::SeedableRng;
-use rand::rngs::SmallRng;
-use rand::seq::SliceRandom;
 use serde::Serialize;
 use uswap::histogram::{Histogram, Snapshot, Summary};
 use uswap::{FaultMode, Part, ReadaheadConfig, Region, RegionConfig, RegionStats};
 use zram::{Algorithm, ZramConfig};
 
-use super::source::{Source, write_back_all};
+use super::source::Source;
 
 pub const PAGE: usize = uswap::sys::PAGE_SIZE;
 
@@ -28,9 +23,10 @@ pub struct Settings {
     pub size: usize,
     /// Resident budget, bytes.
     pub budget: usize,
-    /// Timed rounds (after the untimed first round that writes every page).
+    /// Timed rounds per readahead setting in a run (after the untimed first round that
+    /// writes every page).
     pub rounds: usize,
-    /// Runs of each workload per readahead setting.
+    /// Runs of each workload, each on a fresh region.
     pub runs: usize,
     /// Measured worker threads.
     pub threads: usize,
@@ -147,7 +143,8 @@ pub struct Run {
     /// The handler's own time per fault over this setting's first timed segment (all
     /// workers).
     pub fault_latency: Summary,
-    /// Pages written to the backing file in the run, both settings (written-back source).
+    /// Pages written to the backing file in the runs merged here, both settings
+    /// (written-back source).
     pub written_back_pages: u64,
     /// Pages read back from the backing file in this setting's segments (`bd_stat`).
     pub bd_reads: u64,
@@ -255,65 +252,22 @@ impl Touches {
     }
 }
 
-/// The page order of one round.
-fn order(pages: usize, random: bool, rng: &mut SmallRng) -> Vec<usize> {
-    let mut v: Vec<usize> = (0..pages).collect();
-    if random {
-        v.shuffle(rng);
-    }
-    v
-}
-
-/// Where a round's first touches go.
-enum Sink<'a> {
-    /// A measured worker's round: all into the histogram of the round's setting.
-    Round(&'a Touches),
-    /// A background worker: into the histogram of the setting `current` holds at each
-    /// touch, until `stop` is set. Each touch holds `gate` for reading, so that the
-    /// settings switch between touches and a fault's counts fall in one setting.
-    Background {
-        hists: &'a [Touches; 2],
-        current: &'a AtomicUsize,
-        stop: &'a AtomicBool,
-        gate: &'a RwLock<()>,
-    },
-}
-
-/// One round over `part`: each page's first touch (one word written) timed into `sink`,
-/// then the CPU work.
-fn round(
-    part: &mut Part<'_>,
-    pages: &[usize],
-    stamp: u64,
-    work_us: u64,
-    sink: &Sink<'_>,
-) -> anyhow::Result<()> {
-    let mut buf = vec![0u8; PAGE];
-    for &p in pages {
-        let (hist, touching) = match sink {
-            Sink::Round(h) => (*h, None),
-            Sink::Background { stop, .. } if stop.load(Ordering::Relaxed) => break,
-            Sink::Background {
-                hists,
-                current,
-                gate,
-                ..
-            } => {
-                let touching = gate.read().unwrap_or_else(|p| p.into_inner());
-                (&hists[current.load(Ordering::Relaxed)], Some(touching))
-            }
-        };
-        let off = p * PAGE + 8;
-        let t = Instant::now();
-        part.write(off, &stamp.to_le_bytes())?;
-        hist.record(t.elapsed());
-        drop(touching);
-        work(part, p * PAGE, &mut buf, work_us)?;
-    }
-    Ok(())
-}
-
 impl Run {
+    /// The run's name in tables and plots: `random ra on`, `random, written back, ra on`.
+    pub fn label(&self) -> String {
+        let ra = on_off(self.readahead);
+        match self.source {
+            Source::Compressed => format!("{} ra {ra}", self.workload.name()),
+            Source::WrittenBack => format!("{}, written back, ra {ra}", self.workload.name()),
+        }
+    }
+
+    /// The run of workload `name` from `source` with readahead `ra` among `runs`.
+    pub fn find<'a>(runs: &'a [Run], name: &str, source: Source, ra: bool) -> Option<&'a Run> {
+        runs.iter()
+            .find(|r| r.workload.name() == name && r.source == source && r.readahead == ra)
+    }
+
     /// Adds another run of the same workload and setting: touches, counts and seconds are
     /// summed; the handler's time is the first run's.
     pub fn merge(&mut self, other: Run) {
@@ -333,242 +287,12 @@ impl Run {
     }
 }
 
+/// `on` or `off`.
+pub fn on_off(ra: bool) -> &'static str {
+    if ra { "on" } else { "off" }
+}
+
 /// The readahead setting's place in per-setting arrays: on first.
-fn idx(ra: bool) -> usize {
+pub fn idx(ra: bool) -> usize {
     usize::from(!ra)
-}
-
-/// What the leader of the measured workers keeps between rounds, per setting.
-struct Book {
-    counts: [Counts; 2],
-    /// The handler's time per fault over the setting's first round.
-    fault: [Option<Summary>; 2],
-    seconds: [f64; 2],
-    bd_reads: [u64; 2],
-    written_back: u64,
-    last: RegionStats,
-    last_bd_reads: u64,
-    since: Instant,
-}
-
-/// A timed round is done in this many segments (each a measured worker's share of the
-/// round's pages, in the round's order), and readahead may change between any two.
-pub const SEGMENTS: usize = 8;
-
-/// Runs `w` on one region, its timed rounds' segments with readahead as `schedule` says
-/// (one setting per segment, [`SEGMENTS`] segments a round, switched while every measured
-/// worker waits); returns one [`Run`] per setting the schedule has, readahead on first.
-///
-/// Switching within a run, rather than running each setting on a region of its own, puts
-/// both settings in the same stretch of the machine's life: the random workload's p90 moved
-/// by up to 13% between separate runs (the VM's noisy stretches), more than the 5% the
-/// comparison asks, and still by up to 6% when the setting changed only between whole
-/// rounds (about 2 s each).
-///
-/// With a `backing` file, the pages are written back as [`Source::WrittenBack`] says (the
-/// device reads each page on its own, without its read-back cache of neighbours, so that
-/// readahead is the region's alone).
-pub fn run(
-    s: &Settings,
-    w: Workload,
-    schedule: &[bool],
-    backing: Option<&Path>,
-) -> anyhow::Result<Vec<Run>> {
-    anyhow::ensure!(!schedule.is_empty(), "no timed segment to run");
-    let noise = if w == Workload::Combined {
-        s.noise_threads
-    } else {
-        0
-    };
-    let nparts = s.threads + noise;
-    let cfg = |ra| ReadaheadConfig::new(ra, s.max_order);
-    let mut device = s.device();
-    if let Some(file) = backing {
-        device.backing_dev = Some(file.to_path_buf());
-        device.readback_readahead = false;
-    }
-    let mut region = region(s, nparts, cfg(schedule[0]), device)?;
-    let monitor = region.monitor();
-    let random = w == Workload::Random;
-
-    // Round 0: every page written whole, untimed; the region evicts as it goes.
-    std::thread::scope(|sc| -> anyhow::Result<()> {
-        let handles: Vec<_> = region
-            .parts_mut()
-            .into_iter()
-            .enumerate()
-            .map(|(i, mut part)| sc.spawn(move || fill(&mut part, i as u64)))
-            .collect();
-        for h in handles {
-            h.join()
-                .map_err(|_| anyhow::anyhow!("a worker panicked"))??;
-        }
-        Ok(())
-    })?;
-
-    let written_back = match backing {
-        Some(_) => write_back_all(region.device())?,
-        None => 0,
-    };
-    region.reset_latency();
-    let book = Mutex::new(Book {
-        counts: [Counts::default(); 2],
-        fault: [None, None],
-        seconds: [0.0; 2],
-        bd_reads: [0; 2],
-        written_back,
-        last: region.stats(),
-        last_bd_reads: region.device().bd_stat().bd_reads,
-        since: Instant::now(),
-    });
-    let hists = [Touches::default(), Touches::default()];
-    let noise_hists = [Touches::default(), Touches::default()];
-    // The setting of the round in progress, for the background workers.
-    let current = AtomicUsize::new(idx(schedule[0]));
-    let stop = AtomicBool::new(false);
-    // A measured worker failed: the others skip their remaining rounds but still meet at
-    // every barrier, so that none waits for ever.
-    let failed = AtomicBool::new(false);
-    let barrier = Barrier::new(s.threads);
-    let gate = RwLock::new(());
-    let mut parts = region.parts_mut();
-    let pages = parts[0].len() / PAGE;
-    std::thread::scope(|sc| -> anyhow::Result<()> {
-        let (hists, noise_hists, stop, failed, current) =
-            (&hists, &noise_hists, &stop, &failed, &current);
-        let (barrier, book, monitor, gate) = (&barrier, &book, &monitor, &gate);
-        let mut measured = Vec::new();
-        let mut background = Vec::new();
-        for (i, part) in parts.iter_mut().enumerate() {
-            let bg = i >= s.threads;
-            let h = sc.spawn(move || -> anyhow::Result<()> {
-                let mut rng = SmallRng::seed_from_u64(0x5eed ^ i as u64);
-                if bg {
-                    for r in 1.. {
-                        if stop.load(Ordering::Relaxed) {
-                            break;
-                        }
-                        let o = order(pages, true, &mut rng);
-                        let sink = Sink::Background {
-                            hists: noise_hists,
-                            current,
-                            stop,
-                            gate,
-                        };
-                        round(part, &o, r, s.work_us, &sink)?;
-                    }
-                    return Ok(());
-                }
-                let mut res = Ok(());
-                let mut o = Vec::new();
-                for (i, &ra) in schedule.iter().enumerate() {
-                    let (r, seg) = (i / SEGMENTS, i % SEGMENTS);
-                    if seg == 0 {
-                        o = order(pages, random, &mut rng);
-                    }
-                    if res.is_ok() && !failed.load(Ordering::Relaxed) {
-                        let o = &o[seg * pages / SEGMENTS..(seg + 1) * pages / SEGMENTS];
-                        let sink = Sink::Round(&hists[idx(ra)]);
-                        res = round(part, o, r as u64 + 1, s.work_us, &sink);
-                        if res.is_err() {
-                            failed.store(true, Ordering::Relaxed);
-                        }
-                    }
-                    if barrier.wait().is_leader() {
-                        // No background touch is in flight while the setting changes.
-                        let _switching = gate.write().unwrap_or_else(|p| p.into_inner());
-                        let mut b = book.lock().unwrap_or_else(|p| p.into_inner());
-                        let now = monitor.stats();
-                        let k = idx(ra);
-                        let c = Counts::between(&b.last, &now);
-                        b.counts[k] += c;
-                        b.fault[k].get_or_insert(now.fault_latency);
-                        b.seconds[k] += b.since.elapsed().as_secs_f64();
-                        let bd_reads = monitor.device().bd_stat().bd_reads;
-                        b.bd_reads[k] += bd_reads - b.last_bd_reads;
-                        if let Some(&next) = schedule.get(i + 1) {
-                            monitor.set_readahead(cfg(next));
-                            current.store(idx(next), Ordering::Relaxed);
-                            // Before each round (the rounds after the first), so that
-                            // its faults read pages evicted in the round before from the file.
-                            if backing.is_some() && (i + 1).is_multiple_of(SEGMENTS) {
-                                match write_back_all(monitor.device()) {
-                                    Ok(n) => b.written_back += n,
-                                    Err(e) => {
-                                        res = res.and(Err(e));
-                                        failed.store(true, Ordering::Relaxed);
-                                    }
-                                }
-                            }
-                        }
-                        monitor.reset_latency();
-                        b.last = monitor.stats();
-                        b.last_bd_reads = monitor.device().bd_stat().bd_reads;
-                        b.since = Instant::now();
-                    }
-                    barrier.wait();
-                }
-                res
-            });
-            if bg {
-                background.push(h);
-            } else {
-                measured.push(h);
-            }
-        }
-        let mut res = Ok(());
-        for h in measured {
-            let r = h.join().map_err(|_| anyhow::anyhow!("a worker panicked"));
-            res = res.and(r.and_then(|r| r));
-        }
-        stop.store(true, Ordering::Relaxed);
-        for h in background {
-            let r = h.join().map_err(|_| anyhow::anyhow!("a worker panicked"));
-            res = res.and(r.and_then(|r| r));
-        }
-        res
-    })?;
-    drop(parts);
-    let after = region.stats();
-    if let Some(f) = &after.failed {
-        anyhow::bail!("the region failed: {f}");
-    }
-    let book = book.into_inner().unwrap_or_else(|p| p.into_inner());
-    let runs = [true, false]
-        .into_iter()
-        .filter(|ra| schedule.contains(ra))
-        .map(|ra| {
-            let k = idx(ra);
-            let touches = hists[k].hist.snapshot();
-            let noise_touches = (noise > 0).then(|| noise_hists[k].hist.snapshot());
-            Run {
-                workload: w,
-                source: if backing.is_some() {
-                    Source::WrittenBack
-                } else {
-                    Source::Compressed
-                },
-                readahead: ra,
-                vma_ra_max_order: s.max_order,
-                pages_per_thread: pages,
-                measured_threads: s.threads,
-                noise_threads: noise,
-                rounds: schedule.iter().filter(|&&x| x == ra).count() / SEGMENTS,
-                seconds: book.seconds[k],
-                latency: touches.summary(),
-                waited: hists[k].waited(),
-                noise_latency: noise_touches.as_ref().map(Snapshot::summary),
-                touches,
-                noise_touches,
-                runs: 1,
-                counts: book.counts[k],
-                written_back_pages: book.written_back,
-                bd_reads: book.bd_reads[k],
-                fault_latency: book.fault[k].unwrap_or_default(),
-                resident_pages: after.resident_pages,
-                budget_pages: after.budget_pages,
-            }
-        })
-        .collect();
-    Ok(runs)
 }
