@@ -50,6 +50,8 @@ fn bench_uswap_reports_every_workload_and_tier() {
     assert_eq!(s["rounds"], 2);
     assert_eq!(s["threads"], 2);
     assert_eq!(s["noise_threads"], 1);
+    // Faults read the backing file page by page unless asked otherwise.
+    assert_eq!(s["readback_readahead"], false);
 
     let runs = r["runs"].as_array().expect("runs");
     // Each workload, pages from the compressed tier and from the backing file, readahead

@@ -88,6 +88,11 @@ pub struct Args {
     /// (default: both for `--workload all`, compressed for one workload).
     #[arg(long, value_enum)]
     tier: Option<Tiers>,
+    /// For the workloads' written-back source: the device's read-back cache of neighbouring
+    /// written-back pages (on by default in a device, off here, so that faults read the
+    /// file page by page and readahead's saving is the region's alone).
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    readback_readahead: bool,
     /// Where the regions' faults are served: `in-thread` (the faulting thread, from
     /// SIGBUS; the default) or `handlers` (handler threads). The fault workload also runs its
     /// compressed tiers in the other mode, side by side.
@@ -163,6 +168,7 @@ fn settings(args: &Args) -> anyhow::Result<Settings> {
         algorithm: args.algorithm,
         max_order: args.max_order,
         faults: args.faults,
+        readback_readahead: args.readback_readahead,
     })
 }
 

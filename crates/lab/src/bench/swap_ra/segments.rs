@@ -248,7 +248,7 @@ pub fn run(
         0
     };
     let ra = ReadaheadConfig::new(schedule[0], s.max_order);
-    let device = source::device(s.device(), backing);
+    let device = source::device(s.device(), backing, s.readback_readahead);
     let mut region = region(s, s.threads + noise, ra, device)?;
     let monitor = region.monitor();
 

@@ -35,13 +35,14 @@ impl Source {
     }
 }
 
-/// `config` with `backing` as its backing file, if any: each page is then read on its own,
-/// without the device's read-back cache of neighbours, so that what a fault costs, and what
-/// a region's readahead saves, is the region's alone.
-pub fn device(mut config: ZramConfig, backing: Option<&Path>) -> ZramConfig {
+/// `config` with `backing` as its backing file, if any, and the device's read-back cache of
+/// neighbouring written-back pages on only with `readback`: without it each page is read on
+/// its own, so that what a fault costs, and what a region's readahead saves, is the
+/// region's alone.
+pub fn device(mut config: ZramConfig, backing: Option<&Path>, readback: bool) -> ZramConfig {
     if let Some(file) = backing {
         config.backing_dev = Some(file.to_path_buf());
-        config.readback_readahead = false;
+        config.readback_readahead = readback;
     }
     config
 }

@@ -76,7 +76,8 @@ pub fn run(s: &Settings, tier: Tier, backing: Option<&Path>) -> anyhow::Result<T
         Tier::WrittenBack => Some(backing.context("the written-back tier needs a file")?),
         Tier::Compressed | Tier::CompressedAlone => None,
     };
-    let device = source::device(s.device(), backing);
+    // Every fault reads its own page: the figure is one read from the file.
+    let device = source::device(s.device(), backing, false);
     let alone;
     let s = if tier == Tier::CompressedAlone {
         alone = Settings {

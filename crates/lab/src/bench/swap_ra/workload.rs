@@ -40,6 +40,9 @@ pub struct Settings {
     pub max_order: u32,
     /// Where the regions' faults are served.
     pub faults: FaultMode,
+    /// Whether the workloads' devices keep a read-back cache of neighbouring written-back
+    /// pages (zram's `readback_readahead`, beyond the kernel).
+    pub readback_readahead: bool,
 }
 
 impl Settings {
