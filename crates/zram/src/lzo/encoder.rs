@@ -262,8 +262,6 @@ fn read32(src: &[u8], i: usize) -> u32 {
     u32::from_le_bytes([b[0], b[1], b[2], b[3]])
 }
 
-/// How many bytes from `a` and from `b` (`a < b`) agree, comparing eight bytes at a time
-/// while the comparison starts before `end` (so the result may pass `end` by up to seven).
 /// The length of the match of `ip` against `cand` (`cand < ip`, their first four bytes
 /// known equal): `4 + common_prefix(src, cand + 4, ip + 4, match_end)`, with the first word
 /// of that compared here. Most matches end within it, and then the loop is never entered;
@@ -283,6 +281,8 @@ fn match_len(src: &[u8], cand: usize, ip: usize, match_end: usize) -> usize {
     }
 }
 
+/// How many bytes from `a` and from `b` (`a < b`) agree, comparing eight bytes at a time
+/// while the comparison starts before `end` (so the result may pass `end` by up to seven).
 #[inline(always)]
 fn common_prefix(src: &[u8], a: usize, b: usize, end: usize) -> usize {
     let words = end.saturating_sub(b).div_ceil(8) * 8;
