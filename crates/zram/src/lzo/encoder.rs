@@ -51,6 +51,8 @@ const SEGMENT: usize = 1 << 30;
 /// The longest input searched with [`search_small`]: every distance in it fits the
 /// shortest far-copy limit ([`M4_MAX_DISTANCE_V1`]) and every position a `u16`.
 const SMALL_INPUT: usize = M4_MAX_DISTANCE_V1;
+/// The page size, the length most inputs have.
+const PAGE: usize = 4096;
 
 /// A hash table keyed by position: entries below `base` are stale.
 #[derive(Clone)]
@@ -139,8 +141,11 @@ impl Compressor {
         let limit = src.len().saturating_sub(TAIL);
         let mut ip = START;
         if src.len() <= SMALL_INPUT {
-            if ip < limit {
-                lit = search_small(&mut self.small, src, limit, lit, &mut out);
+            // A page, the usual input, gets a copy of the search that knows its length.
+            if let Ok(page) = <&[u8; PAGE]>::try_from(src) {
+                lit = search_small(&mut self.small, page, lit, &mut out);
+            } else if ip < limit {
+                lit = search_small(&mut self.small, src, lit, &mut out);
             }
         } else {
             let table = self.large.get_or_insert_with(Table::new);
@@ -162,17 +167,19 @@ impl Compressor {
 /// pending literals start. Its loop is [`search`]'s with another probe, kept apart on
 /// purpose: one loop generic over the table's probe compressed pages 5% slower (`cargo
 /// bench -p zram --bench lzo`); what a hit or a zero run emits is shared ([`Emitter`]).
+/// It is inlined into both of its calls, so that a page's copy knows the input's length:
+/// 1% faster on pages (four alternating criterion runs each).
+#[inline(always)]
 fn search_small(
     table: &mut [u16; TABLE_LEN],
     src: &[u8],
-    limit: usize,
     mut lit: usize,
     out: &mut Emitter<'_>,
 ) -> usize {
     table.fill(0);
     let match_end = src.len() - TAIL;
     let mut ip = START;
-    while ip < limit {
+    while ip < match_end {
         let seq = read32(src, ip);
         if out.rle && seq == 0 {
             ip = out.zero_run_at(src, lit, ip, match_end);
