@@ -168,7 +168,8 @@ impl Compressor {
 /// purpose: one loop generic over the table's probe compressed pages 5% slower (`cargo
 /// bench -p zram --bench lzo`); what a hit or a zero run emits is shared ([`Emitter`]).
 /// It is inlined into both of its calls, so that a page's copy knows the input's length:
-/// 1% faster on pages (four alternating criterion runs each).
+/// 1% faster in criterion, 5-8% in the device's write path (`docs/benchmarks.md`).
+/// `src` is longer than `START + TAIL` bytes.
 #[inline(always)]
 fn search_small(
     table: &mut [u16; TABLE_LEN],
