@@ -51,8 +51,6 @@ const SEGMENT: usize = 1 << 30;
 /// The longest input searched with [`search_small`]: every distance in it fits the
 /// shortest far-copy limit ([`M4_MAX_DISTANCE_V1`]) and every position a `u16`.
 const SMALL_INPUT: usize = M4_MAX_DISTANCE_V1;
-/// The page size, the length most inputs have.
-const PAGE: usize = 4096;
 
 /// A hash table keyed by position: entries below `base` are stale.
 #[derive(Clone)]
@@ -142,7 +140,7 @@ impl Compressor {
         let mut ip = START;
         if src.len() <= SMALL_INPUT {
             // A page, the usual input, gets a copy of the search that knows its length.
-            if let Ok(page) = <&[u8; PAGE]>::try_from(src) {
+            if let Ok(page) = <&[u8; crate::PAGE_SIZE]>::try_from(src) {
                 lit = search_small(&mut self.small, page, lit, &mut out);
             } else if ip < limit {
                 lit = search_small(&mut self.small, src, lit, &mut out);

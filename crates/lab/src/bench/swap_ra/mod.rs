@@ -272,7 +272,7 @@ fn measure(args: &Args, s: &Settings) -> anyhow::Result<Report> {
                 crate::progress::print(|| eprintln!("{line}"));
             }
             for r in segments::run(s, w, &schedule, backing)? {
-                match &mut pair[usize::from(!r.readahead)] {
+                match &mut pair[workload::idx(r.readahead)] {
                     Some(have) => have.merge(r),
                     slot => *slot = Some(r),
                 }
