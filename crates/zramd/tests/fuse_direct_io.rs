@@ -86,6 +86,7 @@ fn direct_io_loop_device_keeps_data_with_many_requests_in_flight() {
                 "--verify=crc32c",
                 "--do_verify=1",
                 "--verify_fatal=1",
+                "--verify_state_save=0",
             ])
             .arg(format!("--filename={}", dev.0)),
         LIMIT,
