@@ -40,8 +40,10 @@ pub struct PoolConfig {
         arg(long = "object-header", value_enum, default_value_t = Header::default())
     )]
     pub header: Header,
-    /// zsmalloc shards per size class, each with its own lock (0 = one per CPU, at most 16;
-    /// 1 packs exactly as the kernel).
+    /// zsmalloc shards per size class, each with its own lock (0 = 16, the most: one per
+    /// thread for up to 16 threads, a shard's state made only once a thread uses it; 1 packs
+    /// exactly as the kernel). afmalloc's heaps and malloc's handle-table shards: 0 = one
+    /// per CPU.
     #[cfg_attr(feature = "clap", arg(long, default_value_t = 0))]
     pub shards: usize,
     /// zsmalloc locking: pool (one lock for the whole pool), class (one lock per size

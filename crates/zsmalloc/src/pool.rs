@@ -41,7 +41,8 @@
 //! The pool-wide page counters are atomics, taken under no lock.
 //!
 //! Beyond the kernel, with the default [`Locking::Sharded`](crate::Locking), each size class
-//! is split into up to 16 *shards* (`PoolConfig::shards`, one per CPU by default), each with its own lock, zspages and handle table; an object
+//! is split into up to 16 *shards* (`PoolConfig::shards`, 16 by default, each made only once
+//! a thread uses it), each with its own lock, zspages and handle table; an object
 //! stays in its shard until compaction merges it into its class's home shard. A class uses its first shard until threads contend for it,
 //! then each thread its own (see `shard.rs`), so a class one thread uses packs exactly as
 //! the kernel's; compaction merges the other shards' partly used zspages back (`merge`). Sharing, deduplication and folding work across the shards of a class.
@@ -96,7 +97,7 @@ impl Pool {
         }
         let table = ClassTable::with_layout(config.chain_size, config.geometry, config.header);
         let per_class = match config.shards {
-            0 => std::thread::available_parallelism().map_or(1, usize::from),
+            0 => MAX_SHARDS_PER_CLASS,
             n => n,
         }
         .clamp(1, MAX_SHARDS_PER_CLASS);

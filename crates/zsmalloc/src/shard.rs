@@ -13,14 +13,18 @@
 //! zspage is kept; `zspage_count`, `capacity` and `pages` are the sums over live zspages.
 //!
 //! Beyond the kernel, each size class can be split into up to [`MAX_SHARDS_PER_CLASS`]
-//! shards (one per CPU by default), each with its own lock, zspages and handle table; an
+//! shards (all 16 by default), each with its own lock, zspages and handle table; an
 //! object stays in its shard until a merge moves it to the home shard (its anchor, or its
 //! one handle, names it; handles to a shared or merged object may live in other shards of
 //! its class: `share.rs`, `merge.rs`). A class starts on its first
 //! shard; the first time a `malloc` finds that shard's lock held by another thread, the
 //! class becomes *sharded* and from then on each thread allocates in its own shard (threads
 //! are numbered in order of first use). Threads contending for a class thus stop sharing a
-//! lock, a cache line or a zspage, which is what lets the pool scale; classes nobody
+//! lock, a cache line or a zspage, which is what lets the pool scale; with a shard per
+//! thread rather than per CPU, this holds also when threads outnumber CPUs, where threads
+//! sharing a lock would wait, spinning and then asleep, for a holder the scheduler
+//! preempted. A shard's state is made only when a thread first changes it, so shards no
+//! thread uses cost 128 bytes each on x86-64 (a lock and the class geometry); classes nobody
 //! contends for stay on one shard and pack exactly as the kernel's. The cost, at most one
 //! partly used zspage per sharded class per extra shard, lasts until the next compaction:
 //! `Pool::compact` (the device's `compact`, and its automatic compaction once the pool
@@ -60,9 +64,13 @@ pub(crate) struct ClassShard {
 /// two class-shard locks at once, the pool lock is then the only one ever contended: the
 /// seed's consolidation, where every operation of any class takes one lock.
 #[derive(Debug)]
+///
+/// A shard's state is made the first time a holder changes it: until then the shard holds
+/// no memory beyond this lock, and a holder reads it as empty. So a pool has a shard for
+/// each of up to [`MAX_SHARDS_PER_CLASS`] threads and pays only for those threads use.
 pub(crate) struct ShardLock {
     pool: Option<Arc<CachePadded<Mutex<()>>>>,
-    shard: Mutex<ShardInner>,
+    shard: Mutex<Option<Box<ShardInner>>>,
 }
 
 /// A held class-shard lock (and the pool lock, if it has one); gives access to what the
@@ -70,7 +78,7 @@ pub(crate) struct ShardLock {
 #[derive(Debug)]
 pub(crate) struct ShardGuard<'a> {
     // Dropped in this order: the shard's own mutex first, then the pool's.
-    shard: MutexGuard<'a, ShardInner>,
+    shard: MutexGuard<'a, Option<Box<ShardInner>>>,
     _pool: Option<MutexGuard<'a, ()>>,
 }
 
@@ -78,8 +86,13 @@ impl ShardLock {
     fn new(pool: Option<Arc<CachePadded<Mutex<()>>>>) -> Self {
         Self {
             pool,
-            shard: Mutex::new(ShardInner::new()),
+            shard: Mutex::new(None),
         }
+    }
+
+    /// Has a holder changed this shard yet (so that its state holds memory)?
+    pub fn is_made(&self) -> bool {
+        self.shard.lock().is_some()
     }
 
     /// Takes the lock (the pool lock first, if there is one).
@@ -118,15 +131,26 @@ impl std::ops::Deref for ShardGuard<'_> {
 
     #[inline]
     fn deref(&self) -> &ShardInner {
-        &self.shard
+        match self.shard.as_deref() {
+            Some(made) => made,
+            None => unmade(),
+        }
     }
 }
 
 impl std::ops::DerefMut for ShardGuard<'_> {
     #[inline]
     fn deref_mut(&mut self) -> &mut ShardInner {
-        &mut self.shard
+        self.shard
+            .get_or_insert_with(|| Box::new(ShardInner::new()))
     }
+}
+
+/// What a shard whose state is not made yet reads as: no zspages, no handles.
+#[cold]
+fn unmade() -> &'static ShardInner {
+    static UNMADE: std::sync::LazyLock<ShardInner> = std::sync::LazyLock::new(ShardInner::new);
+    &UNMADE
 }
 
 /// What the class-shard lock protects.
@@ -481,9 +505,16 @@ impl Shards {
         (pos, shard, shard.inner.lock())
     }
 
-    /// Bytes of the shard structures themselves (not what they point to).
+    /// Bytes of the shard structures themselves, the state of those made included (not
+    /// what the state points to).
     pub fn struct_bytes(&self) -> usize {
         self.all.len() * std::mem::size_of::<CachePadded<ClassShard>>()
+            + self.made() * std::mem::size_of::<ShardInner>()
+    }
+
+    /// Shards whose state has been made (see [`ShardLock`]).
+    pub fn made(&self) -> usize {
+        self.all.iter().filter(|s| s.inner.is_made()).count()
     }
 }
 

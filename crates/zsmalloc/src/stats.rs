@@ -224,6 +224,13 @@ impl Pool {
         per_shard + self.shards.struct_bytes()
     }
 
+    /// Class shards whose state has been made: those a thread has stored in (or changed)
+    /// since the pool was made, out of `shards` per size class. The others hold no memory
+    /// beyond their lock.
+    pub fn shards_made(&self) -> usize {
+        self.shards.made()
+    }
+
     /// Pages compaction could free right now, over all classes.
     pub fn freeable_pages(&self) -> usize {
         self.shards

@@ -51,7 +51,8 @@ pub struct Args {
     /// to the first count's throughput.
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     threads: Vec<usize>,
-    /// Shards per size class (0 = one per CPU).
+    /// Shards per size class (0 = the default: zsmalloc 16, made as threads use them;
+    /// afmalloc and malloc one per CPU).
     #[arg(long, default_value_t = 0)]
     shards: usize,
     /// The allocators to measure, one after the other (a comma-separated list).

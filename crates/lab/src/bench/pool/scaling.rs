@@ -20,7 +20,7 @@ pub struct Params {
     pub working_set: usize,
     /// Churn operations per thread.
     pub ops: usize,
-    /// zsmalloc's chain size and shards per class (0: one per CPU).
+    /// zsmalloc's chain size and shards per class (0: the default, 16).
     pub chain_size: usize,
     pub shards: usize,
     /// Rounds over every thread count; medians are reported.

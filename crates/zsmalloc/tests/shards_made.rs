@@ -1,0 +1,114 @@
+//! Class shards hold memory only once a thread uses them. A pool has 16 shards per size
+//! class by default (one per thread, for up to 16 threads), and a shard's state is made
+//! only when a thread first stores in it: one thread's work, and compaction, folding, dedup
+//! and every statistic after it, make no shard but the home shard of each class it used;
+//! threads pinned to shards make exactly those shards.
+
+use std::collections::BTreeSet;
+
+use zsmalloc::{Pool, PoolConfig, pin_malloc_shard};
+
+const SHARDS: usize = 16;
+
+fn pool() -> Pool {
+    Pool::with_config(PoolConfig {
+        populate: false,
+        ..PoolConfig::default()
+    })
+    .unwrap()
+}
+
+fn bytes(i: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|j| (i * 7 + j / 3) as u8).collect()
+}
+
+#[test]
+fn one_thread_makes_only_the_home_shards_of_its_classes() {
+    let pool = pool();
+    assert_eq!(pool.shards_made(), 0, "a new pool made shards");
+    let empty_meta = pool.metadata_bytes();
+
+    let mut classes = BTreeSet::new();
+    let mut handles = Vec::new();
+    for i in 0..3000 {
+        let size = 32 + (i * 37) % 4000;
+        let h = pool.malloc(size).unwrap();
+        pool.write(h, &bytes(i, size)).unwrap();
+        classes.insert(pool.lookup_class(size).unwrap().index);
+        handles.push((i, size, h));
+    }
+    // Identical bytes, stored with dedup and folded: sharing stays in the home shards.
+    for i in 0..50 {
+        pool.malloc_dedup(&bytes(i % 5, 1000)).unwrap();
+    }
+    classes.insert(pool.lookup_class(1000).unwrap().index);
+    for &(_, _, h) in handles.iter().step_by(3) {
+        pool.free(h).unwrap();
+    }
+    pool.compact();
+    pool.fold();
+    let _ = (pool.stats(), pool.class_stats(), pool.share_stats());
+    let _ = (pool.freeable_pages(), pool.compactable_pages());
+    pool.check_invariants().unwrap();
+    for &(i, size, h) in handles.iter().skip(1).step_by(3) {
+        let mut got = vec![0u8; size];
+        pool.read(h, &mut got).unwrap();
+        assert!(
+            got == bytes(i, size),
+            "object {i} read back different bytes"
+        );
+    }
+
+    let made = pool.shards_made();
+    println!(
+        "{made} shards made for {} classes used, of {} classes × {SHARDS} shards",
+        classes.len(),
+        pool.classes().classes().len()
+    );
+    assert_eq!(
+        made,
+        classes.len(),
+        "shards made beyond the classes' home shards"
+    );
+    assert!(pool.metadata_bytes() > empty_meta);
+}
+
+#[test]
+fn pinned_threads_make_their_own_shards_and_no_other() {
+    const THREADS: usize = 4;
+    const SIZE: usize = 1500;
+    let pool = pool();
+    let stored: Vec<Vec<_>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let pool = &pool;
+                s.spawn(move || {
+                    pin_malloc_shard(Some(t));
+                    (0..200)
+                        .map(|i| {
+                            let data = bytes(t * 1000 + i, SIZE);
+                            let h = pool.malloc(SIZE).unwrap();
+                            pool.write(h, &data).unwrap();
+                            (h, data)
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(
+        pool.shards_made(),
+        THREADS,
+        "one class, a shard per pinned thread"
+    );
+    // Merging moves the other shards' objects home; it makes no shard.
+    pool.compact();
+    pool.check_invariants().unwrap();
+    assert_eq!(pool.shards_made(), THREADS);
+    for (h, data) in stored.iter().flatten() {
+        let mut got = vec![0u8; SIZE];
+        pool.read(*h, &mut got).unwrap();
+        assert!(&got == data, "handle {h}: read back different bytes");
+    }
+}
