@@ -3,10 +3,16 @@
 //! kernel zram device with direct I/O and the same number of streams, side by side; with a
 //! list of stream counts (`--threads 1,2,4`), each count in turn and then the scaling curve
 //! as a table, one row per count.
+//!
+//! Memory is read twice on each side: right after the read-back (`mm_stat`), and at rest,
+//! once `mem_used_total` has not changed for [`SETTLED`]. zramd's automatic compaction
+//! merges what a write burst spread over class shards about a quarter second after the
+//! pool stops growing; the kernel's zram compacts only when told, so its figure at rest is
+//! its figure after the read-back, read again.
 
 use std::os::unix::fs::FileExt as _;
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use serde::Serialize;
@@ -15,6 +21,12 @@ use zram::{Zram, ZramConfig};
 use crate::kernel::{AlignedBuf, KernelZram, unavailable_reason};
 
 const PAGE: usize = 4096;
+/// How long `mem_used_total` must stay unchanged to count as at rest: more than zramd's
+/// automatic compaction needs to see a burst end (its interval, 250 ms by default, plus its
+/// 50 ms look while the pool grows).
+const SETTLED: Duration = Duration::from_millis(600);
+/// The longest wait for rest; a side still changing then is read as it is.
+const SETTLE_MAX: Duration = Duration::from_secs(5);
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -45,6 +57,8 @@ pub struct Run {
     write_mb_s: f64,
     read_mb_s: f64,
     mm_stat: Vec<u64>,
+    /// `mem_used_total` at rest (see the module's comment), bytes.
+    mem_at_rest: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -137,10 +151,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         if let Some(k) = &p.kernel {
             print_run(&label("kernel"), k);
             println!(
-                "zramd/kernel: write {:.2}x, read {:.2}x, mem_used_total {:.3}x, compr_data_size {:.3}x",
+                "zramd/kernel: write {:.2}x, read {:.2}x, mem_used_total {:.3}x (at rest {} against {}: {:.3}x), compr_data_size {:.3}x",
                 p.zramd.write_mb_s / k.write_mb_s,
                 p.zramd.read_mb_s / k.read_mb_s,
                 p.zramd.mm_stat[2] as f64 / k.mm_stat[2] as f64,
+                p.zramd.mem_at_rest,
+                k.mem_at_rest,
+                p.zramd.mem_at_rest as f64 / k.mem_at_rest as f64,
                 p.zramd.mm_stat[1] as f64 / k.mm_stat[1] as f64
             );
         }
@@ -162,7 +179,7 @@ struct Point {
 /// The scaling curve: one row per thread count, zramd beside the kernel.
 fn curve(points: &[Point]) -> String {
     let mut out = format!(
-        "{:>7} {:>10} {:>10} {:>6} {:>10} {:>10} {:>6} {:>14} {:>14} {:>7}\n",
+        "{:>7} {:>10} {:>10} {:>6} {:>10} {:>10} {:>6} {:>14} {:>14} {:>7} {:>7}\n",
         "threads",
         "zramd w",
         "kernel w",
@@ -172,19 +189,25 @@ fn curve(points: &[Point]) -> String {
         "r x",
         "zramd mem_used",
         "kernel mem_used",
-        "mem x"
+        "mem x",
+        "rest x"
     );
     for p in points {
         let z = &p.zramd;
-        let (kw, kr, km) = p.kernel.as_ref().map_or((None, None, None), |k| {
-            (Some(k.write_mb_s), Some(k.read_mb_s), Some(k.mm_stat[2]))
+        let (kw, kr, km, krest) = p.kernel.as_ref().map_or((None, None, None, None), |k| {
+            (
+                Some(k.write_mb_s),
+                Some(k.read_mb_s),
+                Some(k.mm_stat[2]),
+                Some(k.mem_at_rest as f64),
+            )
         });
         let num = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"));
         let ratio = |ours: f64, theirs: Option<f64>| {
             theirs.map_or_else(|| "-".to_owned(), |t| format!("{:.3}x", ours / t))
         };
         out.push_str(&format!(
-            "{:>7} {:>10.1} {:>10} {:>6} {:>10.1} {:>10} {:>6} {:>14} {:>14} {:>7}\n",
+            "{:>7} {:>10.1} {:>10} {:>6} {:>10.1} {:>10} {:>6} {:>14} {:>14} {:>7} {:>7}\n",
             p.threads,
             z.write_mb_s,
             num(kw),
@@ -195,6 +218,7 @@ fn curve(points: &[Point]) -> String {
             z.mm_stat[2],
             km.map_or_else(|| "-".to_owned(), |m| m.to_string()),
             ratio(z.mm_stat[2] as f64, km.map(|m| m as f64)),
+            ratio(z.mem_at_rest as f64, krest),
         ));
     }
     out
@@ -211,6 +235,7 @@ fn median(mut runs: Vec<Run>) -> Run {
         write_mb_s: 0.0,
         read_mb_s: 0.0,
         mm_stat: vec![0; 9],
+        mem_at_rest: 0,
     });
     last.write_mb_s = writes.get(mid).copied().unwrap_or(0.0);
     last.read_mb_s = reads.get(mid).copied().unwrap_or(0.0);
@@ -285,10 +310,12 @@ fn run_zramd(args: &Args, threads: usize, data: &[u8]) -> anyhow::Result<Run> {
         Ok(())
     })?;
     let mm = dev.mm_stat();
+    let mem_at_rest = at_rest(|| Ok(dev.mm_stat().mem_used_total))?;
     Ok(Run {
         write_mb_s: data.len() as f64 / 1e6 / write,
         read_mb_s: data.len() as f64 / 1e6 / read,
         mm_stat: mm.fields().to_vec(),
+        mem_at_rest,
     })
 }
 
@@ -318,9 +345,28 @@ fn run_kernel(args: &Args, threads: usize, data: &[u8]) -> anyhow::Result<Run> {
         Ok(())
     })?;
     let mm_stat = dev.mm_stat()?;
+    let mem_at_rest = at_rest(|| Ok(dev.mm_stat()?[2]))?;
     Ok(Run {
         write_mb_s: data.len() as f64 / 1e6 / write,
         read_mb_s: data.len() as f64 / 1e6 / read,
         mm_stat,
+        mem_at_rest,
     })
+}
+
+/// `mem_used_total` once `read` has given the same figure for [`SETTLED`] (or when
+/// [`SETTLE_MAX`] has passed), polling every 50 ms.
+fn at_rest(read: impl Fn() -> anyhow::Result<u64>) -> anyhow::Result<u64> {
+    let start = Instant::now();
+    let mut last = read()?;
+    let mut since = Instant::now();
+    while since.elapsed() < SETTLED && start.elapsed() < SETTLE_MAX {
+        std::thread::sleep(Duration::from_millis(50));
+        let now = read()?;
+        if now != last {
+            last = now;
+            since = Instant::now();
+        }
+    }
+    Ok(last)
 }
