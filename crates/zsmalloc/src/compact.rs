@@ -47,9 +47,10 @@ impl Pool {
                 // Pack each shard; merge the others' partly used zspages into the home shard
                 // (before shortening, so that nothing moves into a short zspage); then pack
                 // the home shard again and shorten what is left partly used.
-                let packed: usize = shards.iter().rev().map(|s| self.pack_shard(s)).sum();
+                let made = || shards.iter().rev().filter(|s| s.inner.is_made());
+                let packed: usize = made().map(|s| self.pack_shard(s)).sum();
                 let merged = self.merge_class(class_pos);
-                let shortened: usize = shards.iter().rev().map(|s| self.compact_shard(s)).sum();
+                let shortened: usize = made().map(|s| self.compact_shard(s)).sum();
                 (packed + shortened) as isize + merged
             })
             .sum();

@@ -52,6 +52,9 @@ impl Pool {
         };
         let mut net = 0;
         for (i, shard) in others.iter().enumerate() {
+            if !shard.inner.is_made() {
+                continue;
+            }
             let step = self.merge_shard((home_pos, home), (home_pos + 1 + i, shard));
             net += step.given as isize - step.taken as isize;
         }
@@ -185,6 +188,9 @@ impl Pool {
             .map(|shards| {
                 let (mut used, mut pages, mut bytes) = (0, 0, 0);
                 for (i, shard) in shards.iter().enumerate() {
+                    if !shard.inner.is_made() {
+                        continue;
+                    }
                     let inner = shard.inner.lock();
                     // Anchors stay where they are: a shard that has some is left out (an
                     // estimate, which must not promise pages a merge cannot give).

@@ -63,14 +63,18 @@ pub(crate) struct ClassShard {
 /// which every shard of the pool shares and which is taken first. Since no operation holds
 /// two class-shard locks at once, the pool lock is then the only one ever contended: the
 /// seed's consolidation, where every operation of any class takes one lock.
-#[derive(Debug)]
 ///
 /// A shard's state is made the first time a holder changes it: until then the shard holds
 /// no memory beyond this lock, and a holder reads it as empty. So a pool has a shard for
-/// each of up to [`MAX_SHARDS_PER_CLASS`] threads and pays only for those threads use.
+/// each of up to [`MAX_SHARDS_PER_CLASS`] threads and pays only for those threads use;
+/// and what walks every shard (statistics, the automatic compaction's looks) passes the
+/// others by without taking their locks.
+#[derive(Debug)]
 pub(crate) struct ShardLock {
     pool: Option<Arc<CachePadded<Mutex<()>>>>,
     shard: Mutex<Option<Box<ShardInner>>>,
+    /// Set, under the lock, when the state is made; never cleared.
+    made: AtomicBool,
 }
 
 /// A held class-shard lock (and the pool lock, if it has one); gives access to what the
@@ -79,6 +83,7 @@ pub(crate) struct ShardLock {
 pub(crate) struct ShardGuard<'a> {
     // Dropped in this order: the shard's own mutex first, then the pool's.
     shard: MutexGuard<'a, Option<Box<ShardInner>>>,
+    made: &'a AtomicBool,
     _pool: Option<MutexGuard<'a, ()>>,
 }
 
@@ -87,12 +92,16 @@ impl ShardLock {
         Self {
             pool,
             shard: Mutex::new(None),
+            made: AtomicBool::new(false),
         }
     }
 
-    /// Has a holder changed this shard yet (so that its state holds memory)?
+    /// Has a holder changed this shard yet (so that its state holds memory)? Read without
+    /// the lock: a shard made meanwhile may read as not made yet, as if looked at a moment
+    /// earlier.
+    #[inline]
     pub fn is_made(&self) -> bool {
-        self.shard.lock().is_some()
+        self.made.load(Ordering::Relaxed)
     }
 
     /// Takes the lock (the pool lock first, if there is one).
@@ -108,6 +117,7 @@ impl ShardLock {
         let pool = self.pool.as_ref().map(|p| p.lock());
         ShardGuard {
             shard: self.shard.lock(),
+            made: &self.made,
             _pool: pool,
         }
     }
@@ -121,6 +131,7 @@ impl ShardLock {
         };
         Some(ShardGuard {
             shard: self.shard.try_lock()?,
+            made: &self.made,
             _pool: pool,
         })
     }
@@ -141,8 +152,11 @@ impl std::ops::Deref for ShardGuard<'_> {
 impl std::ops::DerefMut for ShardGuard<'_> {
     #[inline]
     fn deref_mut(&mut self) -> &mut ShardInner {
-        self.shard
-            .get_or_insert_with(|| Box::new(ShardInner::new()))
+        let made = self.made;
+        self.shard.get_or_insert_with(|| {
+            made.store(true, Ordering::Relaxed);
+            Box::new(ShardInner::new())
+        })
     }
 }
 

@@ -169,7 +169,7 @@ impl Pool {
                     pages_per_zspage: g.pages_per_zspage,
                     ..ClassStats::default()
                 };
-                for shard in shards {
+                for shard in shards.iter().filter(|s| s.inner.is_made()) {
                     let inner = shard.inner.lock();
                     for meta in inner.zspages.iter().flatten() {
                         let inuse = meta.inuse as usize;
@@ -212,6 +212,7 @@ impl Pool {
         let per_shard: usize = self
             .shards
             .iter()
+            .filter(|shard| shard.inner.is_made())
             .map(|shard| {
                 let inner = shard.inner.lock();
                 inner.zspages.capacity() * std::mem::size_of::<Option<ZsPage>>()
@@ -235,6 +236,7 @@ impl Pool {
     pub fn freeable_pages(&self) -> usize {
         self.shards
             .iter()
+            .filter(|shard| shard.inner.is_made())
             .map(|shard| freeable(&shard.geom, &shard.inner.lock()))
             .sum()
     }
@@ -243,6 +245,7 @@ impl Pool {
     pub fn shortenable_pages(&self) -> usize {
         self.shards
             .iter()
+            .filter(|shard| shard.inner.is_made())
             .map(|shard| shortenable(&shard.geom, &shard.inner.lock()))
             .sum()
     }
@@ -255,6 +258,7 @@ impl Pool {
         let per_shard: usize = self
             .shards
             .iter()
+            .filter(|shard| shard.inner.is_made())
             .map(|shard| {
                 let inner = shard.inner.lock();
                 freeable(&shard.geom, &inner).max(shortenable(&shard.geom, &inner))
