@@ -78,7 +78,7 @@ impl Pool {
         let mut freed = 0;
         // Each step empties a zspage or fills one; bound the steps so that threads freeing
         // into this class all the while cannot keep compaction going forever.
-        let mut steps = 2 * shard.inner.lock().zspage_count + 1;
+        let mut steps = 2 * shard.inner.lock_for_upkeep().zspage_count + 1;
         let mut released = Vec::new();
         let mut done = false;
         // The object index: one pass over the handle table, kept across lock holds (see the
@@ -88,7 +88,7 @@ impl Pool {
                 index = Some(ObjectIndex::build(shard));
             }
             {
-                let mut inner = shard.inner.lock();
+                let mut inner = shard.inner.lock_for_upkeep();
                 let mut moved = 0;
                 while moved < HOLD_BYTES {
                     let Some(objects) = index.as_mut() else {
@@ -145,7 +145,7 @@ impl Pool {
             return 0;
         }
         let candidates: Vec<u32> = {
-            let inner = shard.inner.lock();
+            let inner = shard.inner.lock_for_upkeep();
             (GROUP_EMPTY + 1..GROUP_FULL)
                 .flat_map(|g| inner.groups[g as usize].iter().copied())
                 .collect()
@@ -155,7 +155,7 @@ impl Pool {
             // Built outside the lock; anew after a zspage it missed objects of.
             let objects = index.get_or_insert_with(|| ObjectIndex::build(shard));
             let wanted = {
-                let inner = shard.inner.lock();
+                let inner = shard.inner.lock_for_upkeep();
                 match inner.zspages.get(src as usize).and_then(Option::as_ref) {
                     Some(m) if m.shortenable(geom.size) > 0 => {
                         m.run.pages() - m.shortenable(geom.size)
@@ -169,7 +169,7 @@ impl Pool {
             };
             let objs = wanted * PAGE_SIZE / geom.size;
             let released = {
-                let mut inner = shard.inner.lock();
+                let mut inner = shard.inner.lock_for_upkeep();
                 match inner.zspages.get(src as usize).and_then(Option::as_ref) {
                     Some(m)
                         if m.inuse > 0 && m.inuse as usize <= objs && wanted < m.run.pages() =>
@@ -326,7 +326,7 @@ mod tests {
         // Shortening: objects stored into the partly used zspage after the index was built.
         let stale = ObjectIndex::build(shard);
         let partial = {
-            let inner = shard.inner.lock();
+            let inner = shard.inner.lock_for_upkeep();
             (GROUP_EMPTY + 1..GROUP_FULL)
                 .flat_map(|g| inner.groups[g as usize].iter().copied())
                 .map(|id| inner.meta(id).inuse as usize)

@@ -181,7 +181,7 @@ fn scan(shard: &ClassShard, index: u16, seen: &mut Vec<Candidate>) {
     let geom = shard.geom;
     let mut start = 0;
     loop {
-        let inner = shard.inner.lock();
+        let inner = shard.inner.lock_for_upkeep();
         let end = (start + SCAN_BATCH).min(inner.handles.entries());
         if start >= end {
             return;
@@ -224,7 +224,7 @@ impl Cursor<'_> {
         let stay = self.budget > 0 && matches!(&self.held, Some((s, _)) if *s == shard);
         if !stay {
             self.unlock();
-            self.held = Some((shard, self.shards[shard].inner.lock()));
+            self.held = Some((shard, self.shards[shard].inner.lock_for_upkeep()));
         }
         self.budget -= 1;
         match &mut self.held {

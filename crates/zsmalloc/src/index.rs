@@ -42,7 +42,7 @@ impl ObjectIndex {
         };
         let mut start = 0;
         loop {
-            let inner = shard.inner.lock();
+            let inner = shard.inner.lock_for_upkeep();
             index.fit(&inner);
             let end = (start + BUILD_ENTRIES).min(inner.handles.entries());
             for (entry, _, slot) in inner.handles.iter_range(start..end) {

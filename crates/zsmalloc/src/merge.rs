@@ -84,7 +84,7 @@ impl Pool {
             let index = index.get_or_insert_with(|| ObjectIndex::build(shard));
             let mut stop = Stop::Done;
             {
-                let mut src = shard.inner.lock();
+                let mut src = shard.inner.lock_for_upkeep();
                 let zspages = movable(&src);
                 if zspages.is_empty() {
                     break;
@@ -99,7 +99,7 @@ impl Pool {
                 *holds -= 1;
                 index.fit(&src);
                 // The second lock: the home shard's, after the other's (see the module docs).
-                let mut dst = home.inner.lock();
+                let mut dst = home.inner.lock_for_upkeep();
                 let mut moved = 0;
                 for z in zspages {
                     let mut cur = index.take(z);
@@ -191,7 +191,7 @@ impl Pool {
                     if !shard.inner.is_made() {
                         continue;
                     }
-                    let inner = shard.inner.lock();
+                    let inner = shard.inner.lock_for_upkeep();
                     // Anchors stay where they are: a shard that has some is left out (an
                     // estimate, which must not promise pages a merge cannot give).
                     if i > 0 && !inner.sharing.anchors.is_empty() {

@@ -42,9 +42,12 @@ use crate::class::{ClassGeometry, ClassTable, NUM_CLASSES};
 use crate::config::Locking;
 use crate::handle::{AnchorRef, Flags, HandleTable, Location, MAX_CLASS_SHARDS, MAX_ZSPAGES, Slot};
 use crate::sharing::Sharing;
-use crate::sync::{AtomicBool, Mutex, MutexGuard};
+use crate::sync::{AtomicBool, AtomicUsize, Mutex, MutexGuard};
 use crate::sys::PageRun;
 use crate::zspage::{GROUP_EMPTY, GROUP_FULL, NR_GROUPS, ZsPage, fullness_group};
+
+/// Tries of an unsharded class's home shard lock before a `malloc` takes it for contention.
+const RETRIES: usize = 64;
 
 /// Most shards per size class.
 pub(crate) const MAX_SHARDS_PER_CLASS: usize = 16;
@@ -75,6 +78,8 @@ pub(crate) struct ShardLock {
     shard: Mutex<Option<Box<ShardInner>>>,
     /// Set, under the lock, when the state is made; never cleared.
     made: AtomicBool,
+    /// Upkeep (statistics, compaction, merging, folding) holding or about to take the lock.
+    upkeep: AtomicUsize,
 }
 
 /// A held class-shard lock (and the pool lock, if it has one); gives access to what the
@@ -84,7 +89,21 @@ pub(crate) struct ShardGuard<'a> {
     // Dropped in this order: the shard's own mutex first, then the pool's.
     shard: MutexGuard<'a, Option<Box<ShardInner>>>,
     made: &'a AtomicBool,
+    /// The shard's upkeep count, when held for upkeep: counted down on drop.
+    upkeep: Option<&'a AtomicUsize>,
     _pool: Option<MutexGuard<'a, ()>>,
+}
+
+impl Drop for ShardGuard<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(count) = self.upkeep {
+            // Still under the lock (the mutex guards are dropped after this): a `malloc`
+            // that finds the lock held from here on tries it a little more
+            // (`lock_for_malloc`).
+            count.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
 }
 
 impl ShardLock {
@@ -93,7 +112,29 @@ impl ShardLock {
             pool,
             shard: Mutex::new(None),
             made: AtomicBool::new(false),
+            upkeep: AtomicUsize::new(0),
         }
+    }
+
+    /// Takes the lock for upkeep (statistics, compaction, merging, folding): a `malloc`
+    /// that finds it so held waits for it, where it would take a holder that stores for
+    /// contention and shard the class ([`Shards::lock_for_malloc`]). The automatic
+    /// compaction looks at every shard every few milliseconds; otherwise a class that one
+    /// thread alone stores in would be sharded by the looks, and that thread's stores and
+    /// its frees (of objects stored before) would go to different shards.
+    pub fn lock_for_upkeep(&self) -> ShardGuard<'_> {
+        // Counted before the lock is taken, so that a `malloc` that finds it held already
+        // sees the count.
+        self.upkeep.fetch_add(1, Ordering::Relaxed);
+        let mut guard = self.lock();
+        guard.upkeep = Some(&self.upkeep);
+        guard
+    }
+
+    /// Is the lock held (or about to be taken) for upkeep? A hint.
+    #[inline]
+    fn in_upkeep(&self) -> bool {
+        self.upkeep.load(Ordering::Relaxed) > 0
     }
 
     /// Has a holder changed this shard yet (so that its state holds memory)? Read without
@@ -118,6 +159,7 @@ impl ShardLock {
         ShardGuard {
             shard: self.shard.lock(),
             made: &self.made,
+            upkeep: None,
             _pool: pool,
         }
     }
@@ -132,6 +174,7 @@ impl ShardLock {
         Some(ShardGuard {
             shard: self.shard.try_lock()?,
             made: &self.made,
+            upkeep: None,
             _pool: pool,
         })
     }
@@ -509,8 +552,20 @@ impl Shards {
             return (pos, &self.all[pos], self.all[pos].inner.lock());
         }
         if self.per_class > 1 && !self.sharded[class_pos].load(Ordering::Relaxed) {
-            if let Some(guard) = self.all[first].inner.try_lock() {
-                return (first, &self.all[first], guard);
+            let home = &self.all[first];
+            if let Some(guard) = home.inner.try_lock() {
+                return (first, home, guard);
+            }
+            // Upkeep lets go between steps and takes the lock again at once: its count may
+            // be down for the moment between.
+            for _ in 0..RETRIES {
+                if home.inner.in_upkeep() {
+                    return (first, home, home.inner.lock());
+                }
+                std::hint::spin_loop();
+                if let Some(guard) = home.inner.try_lock() {
+                    return (first, home, guard);
+                }
             }
             self.sharded[class_pos].store(true, Ordering::Relaxed);
         }

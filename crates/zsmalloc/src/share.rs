@@ -336,7 +336,7 @@ impl Pool {
     pub fn share_stats(&self) -> ShareStats {
         let mut stats = ShareStats::default();
         for shard in self.shards.iter().filter(|s| s.inner.is_made()) {
-            let inner = shard.inner.lock();
+            let inner = shard.inner.lock_for_upkeep();
             for anchor in inner.sharing.anchors.values().filter(|a| a.refs > 1) {
                 stats.shared_objects += 1;
                 stats.extra_handles += u64::from(anchor.refs - 1);

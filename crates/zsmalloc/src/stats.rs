@@ -170,7 +170,7 @@ impl Pool {
                     ..ClassStats::default()
                 };
                 for shard in shards.iter().filter(|s| s.inner.is_made()) {
-                    let inner = shard.inner.lock();
+                    let inner = shard.inner.lock_for_upkeep();
                     for meta in inner.zspages.iter().flatten() {
                         let inuse = meta.inuse as usize;
                         let objs = meta.objs as usize;
@@ -214,7 +214,7 @@ impl Pool {
             .iter()
             .filter(|shard| shard.inner.is_made())
             .map(|shard| {
-                let inner = shard.inner.lock();
+                let inner = shard.inner.lock_for_upkeep();
                 inner.zspages.capacity() * std::mem::size_of::<Option<ZsPage>>()
                     + inner.free_ids.capacity() * 4
                     + inner.groups.iter().map(|g| g.capacity() * 4).sum::<usize>()
@@ -237,7 +237,7 @@ impl Pool {
         self.shards
             .iter()
             .filter(|shard| shard.inner.is_made())
-            .map(|shard| freeable(&shard.geom, &shard.inner.lock()))
+            .map(|shard| freeable(&shard.geom, &shard.inner.lock_for_upkeep()))
             .sum()
     }
 
@@ -246,7 +246,7 @@ impl Pool {
         self.shards
             .iter()
             .filter(|shard| shard.inner.is_made())
-            .map(|shard| shortenable(&shard.geom, &shard.inner.lock()))
+            .map(|shard| shortenable(&shard.geom, &shard.inner.lock_for_upkeep()))
             .sum()
     }
 
@@ -260,7 +260,7 @@ impl Pool {
             .iter()
             .filter(|shard| shard.inner.is_made())
             .map(|shard| {
-                let inner = shard.inner.lock();
+                let inner = shard.inner.lock_for_upkeep();
                 freeable(&shard.geom, &inner).max(shortenable(&shard.geom, &inner))
             })
             .sum();

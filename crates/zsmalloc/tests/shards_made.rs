@@ -5,6 +5,7 @@
 //! threads pinned to shards make exactly those shards.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use zsmalloc::{Pool, PoolConfig, pin_malloc_shard};
 
@@ -111,4 +112,58 @@ fn pinned_threads_make_their_own_shards_and_no_other() {
         pool.read(*h, &mut got).unwrap();
         assert!(&got == data, "handle {h}: read back different bytes");
     }
+}
+
+/// Upkeep is not contention: a thread storing alone while another thread reads statistics
+/// and compacts (as the device's automatic compaction does every few milliseconds) keeps
+/// its class on the home shard, so its stores and its frees meet in one shard.
+#[test]
+fn upkeep_alongside_one_storing_thread_shards_nothing() {
+    const SIZE: usize = 700;
+    let pool = pool();
+    let stop = AtomicBool::new(false);
+    // Stores and frees; `None` from a thread whose own shard is the home shard (thread
+    // numbers are handed out in order of first use), where a sharded class would not show.
+    let store = || {
+        if zsmalloc::thread_number().is_multiple_of(SHARDS) {
+            return None;
+        }
+        let mut live = Vec::new();
+        for i in 0..40_000 {
+            let h = pool.malloc(SIZE).unwrap();
+            pool.write(h, &bytes(i, SIZE)).unwrap();
+            live.push(h);
+            if i % 3 == 0 {
+                pool.free(live.swap_remove(i % live.len())).unwrap();
+            }
+        }
+        Some(live)
+    };
+    let (looks, live) = std::thread::scope(|s| {
+        let looker = s.spawn(|| {
+            let mut looks = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let _ = (pool.freeable_pages(), pool.compactable_pages());
+                let _ = pool.class_stats();
+                pool.compact();
+                looks += 1;
+            }
+            looks
+        });
+        let live = (0..4).find_map(|_| s.spawn(store).join().unwrap());
+        stop.store(true, Ordering::Relaxed);
+        (looker.join().unwrap(), live)
+    });
+    let live = live.expect("no storing thread off the home shard in four");
+    for h in live {
+        pool.free(h).unwrap();
+    }
+    pool.check_invariants().unwrap();
+    println!("{looks} rounds of upkeep alongside the stores");
+    assert!(looks > 0, "no upkeep ran alongside the stores");
+    assert_eq!(
+        pool.shards_made(),
+        1,
+        "upkeep sharded a class one thread stores in"
+    );
 }
