@@ -35,6 +35,7 @@ pub mod sys;
 mod handle;
 mod shard;
 mod sharing;
+mod thread;
 mod zspage;
 
 // The pool and its mechanisms, one file each (each an `impl Pool`).
@@ -68,10 +69,10 @@ pub use fold::{FoldReport, ShareStats};
 pub use handle::Handle;
 pub use open::open;
 pub use pool::Pool;
-#[doc(hidden)]
-pub use shard::pin_malloc_shard;
-pub use shard::thread_number;
 pub use stats::{ClassStats, INUSE_BUCKETS, PoolStats, format_class_table};
 pub use sys::PAGE_SIZE;
 pub use sysmalloc::{MALLOC_CHUNK_HEADER, SysMalloc};
+#[doc(hidden)]
+pub use thread::pin_malloc_shard;
+pub use thread::thread_number;
 pub use zbud::{CHUNK_SIZE as ZBUD_CHUNK_SIZE, Zbud};

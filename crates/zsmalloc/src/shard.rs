@@ -17,8 +17,8 @@
 //! object stays in its shard until a merge moves it to the home shard (its anchor, or its
 //! one handle, names it; handles to a shared or merged object may live in other shards of
 //! its class: `share.rs`, `merge.rs`). A class starts on its first
-//! shard; the first time a `malloc` finds that shard's lock held by another thread, the
-//! class becomes *sharded* and from then on each thread allocates in its own shard (threads
+//! shard; the first time a `malloc` finds that shard's lock held by another thread (not
+//! for upkeep: [`ShardLock::lock_for_upkeep`]), the class becomes *sharded* and from then on each thread allocates in its own shard (threads
 //! are numbered in order of first use). Threads contending for a class thus stop sharing a
 //! lock, a cache line or a zspage, which is what lets the pool scale; with a shard per
 //! thread rather than per CPU, this holds also when threads outnumber CPUs, where threads
@@ -536,7 +536,8 @@ impl Shards {
     }
 
     /// Picks and locks the shard a `malloc` in class `class_pos` uses: the first shard until
-    /// another thread is found holding its lock, then the calling thread's own shard. So a
+    /// another thread is found holding its lock (not for upkeep), then the calling thread's
+    /// own shard. So a
     /// class that only one thread at a time uses keeps to one shard and packs exactly as the
     /// kernel's, and only classes that threads really contend for pay for extra shards.
     /// Returns the shard's position, the shard and its lock.
@@ -544,7 +545,7 @@ impl Shards {
     pub fn lock_for_malloc(&self, class_pos: usize) -> (usize, &ClassShard, ShardGuard<'_>) {
         let first = class_pos * self.per_class;
         if self.per_class > 1
-            && let Some(pinned) = PINNED.with(std::cell::Cell::get)
+            && let Some(pinned) = crate::thread::pinned()
         {
             // Tests: as if the class were sharded, on the pinned shard.
             self.sharded[class_pos].store(true, Ordering::Relaxed);
@@ -569,7 +570,7 @@ impl Shards {
             }
             self.sharded[class_pos].store(true, Ordering::Relaxed);
         }
-        let pos = first + thread_number() % self.per_class;
+        let pos = first + crate::thread::thread_number() % self.per_class;
         let shard = &self.all[pos];
         (pos, shard, shard.inner.lock())
     }
@@ -585,33 +586,4 @@ impl Shards {
     pub fn made(&self) -> usize {
         self.all.iter().filter(|s| s.inner.is_made()).count()
     }
-}
-
-/// A small number naming the calling thread, handed out in order of first use: a sharded
-/// class's shard for this thread is `thread_number() % shards`, afmalloc's home heap is
-/// `thread_number() % heaps`, and the zram device counts in cell `thread_number() % cells`.
-/// (Keyed by thread rather than by CPU so that one thread keeps to one shard even when the
-/// scheduler moves it: a single writer then packs its objects exactly as the kernel's pool
-/// would.)
-#[inline]
-pub fn thread_number() -> usize {
-    use std::sync::atomic::AtomicUsize;
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local!(static NUMBER: usize = NEXT.fetch_add(1, Ordering::Relaxed));
-    NUMBER.with(|n| *n)
-}
-
-thread_local! {
-    /// Tests: the shard (modulo the shards per class) this thread's allocations use.
-    static PINNED: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
-}
-
-/// Test hook: pins the calling thread's allocations (`malloc`, and `malloc_dedup` when it
-/// stores) to shard `shard % shards` of every class, marking the classes it allocates in
-/// sharded, as contention would; `None` goes back to the normal choice. It lets tests put
-/// objects in chosen shards without racing threads for it. (A thread-local: under
-/// `--cfg shuttle` every model thread shares it.)
-#[doc(hidden)]
-pub fn pin_malloc_shard(shard: Option<usize>) {
-    PINNED.with(|p| p.set(shard));
 }

@@ -1,8 +1,8 @@
 //! Folding and deduplication when every content hash collides: bytes decide, never hashes,
 //! within a shard and across the shards of a class.
 
-use crate::shard::pin_malloc_shard;
 use crate::sharing::collide_hashes;
+use crate::thread::pin_malloc_shard;
 use crate::{Handle, Pool, PoolConfig};
 
 fn pool(config: PoolConfig) -> Pool {
