@@ -13,25 +13,25 @@
 //! zspage is kept; `zspage_count`, `capacity` and `pages` are the sums over live zspages.
 //!
 //! Beyond the kernel, each size class can be split into up to [`MAX_SHARDS_PER_CLASS`]
-//! shards (all 16 by default), each with its own lock, zspages and handle table; an
-//! object stays in its shard until a merge moves it to the home shard (its anchor, or its
-//! one handle, names it; handles to a shared or merged object may live in other shards of
-//! its class: `share.rs`, `merge.rs`). A class starts on its first
-//! shard; the first time a `malloc` finds that shard's lock held by another thread (not
-//! for upkeep: [`ShardLock::lock_for_upkeep`]), the class becomes *sharded* and from then on each thread allocates in its own shard (threads
-//! are numbered in order of first use). Threads contending for a class thus stop sharing a
-//! lock, a cache line or a zspage, which is what lets the pool scale; with a shard per
-//! thread rather than per CPU, this holds also when threads outnumber CPUs, where threads
-//! sharing a lock would wait, spinning and then asleep, for a holder the scheduler
-//! preempted. A shard's state is made only when a thread first changes it, so shards no
-//! thread uses cost 128 bytes each on x86-64 (a lock and the class geometry); classes nobody
-//! contends for stay on one shard and pack exactly as the kernel's. The cost, at most one
-//! partly used zspage per sharded class per extra shard, lasts until the next compaction:
-//! `Pool::compact` (the device's `compact`, and its automatic compaction once the pool
-//! stops growing) merges the other shards' partly used zspages into the class's first
-//! shard, the *home* shard, and marks the class unsharded again (`merge.rs`). A merged
-//! object leaves its entry behind as an alias of an anchor in the home shard, so its
-//! handle still names the shard it was made in.
+//! shards (all 16 by default), each with its own lock, zspages and handle table; an object
+//! stays in its shard until a merge moves it to the home shard (its anchor, or its one
+//! handle, names it; handles to a shared or merged object may live in other shards of its
+//! class: `share.rs`, `merge.rs`). A class starts on its first shard; the first time a
+//! `malloc` finds that shard's lock held by another thread (not for upkeep:
+//! [`ShardLock::lock_for_upkeep`]), the class becomes *sharded* and from then on each
+//! thread allocates in its own shard (threads are numbered in order of first use). Threads
+//! contending for a class thus stop sharing a lock, a cache line or a zspage, which is what
+//! lets the pool scale; with a shard per thread rather than per CPU, this holds also when
+//! threads outnumber CPUs, where threads sharing a lock would wait, spinning and then
+//! asleep, for a holder the scheduler preempted. A shard's state is made only when a thread
+//! first changes it, so shards no thread uses cost 128 bytes each on x86-64 (a lock and the
+//! class geometry); classes nobody contends for stay on one shard and pack exactly as the
+//! kernel's. The cost, at most one partly used zspage per sharded class per extra shard,
+//! lasts until the next compaction: `Pool::compact` (the device's `compact`, and its
+//! automatic compaction once the pool stops growing) merges the other shards' partly used
+//! zspages into the class's first shard, the *home* shard, and marks the class unsharded
+//! again (`merge.rs`). A merged object leaves its entry behind as an alias of an anchor in
+//! the home shard, so its handle still names the shard it was made in.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -537,9 +537,9 @@ impl Shards {
 
     /// Picks and locks the shard a `malloc` in class `class_pos` uses: the first shard until
     /// another thread is found holding its lock (not for upkeep), then the calling thread's
-    /// own shard. So a
-    /// class that only one thread at a time uses keeps to one shard and packs exactly as the
-    /// kernel's, and only classes that threads really contend for pay for extra shards.
+    /// own shard. So a class that only one thread at a time uses keeps to one shard and
+    /// packs exactly as the kernel's, and only classes that threads really contend for pay
+    /// for extra shards.
     /// Returns the shard's position, the shard and its lock.
     #[inline]
     pub fn lock_for_malloc(&self, class_pos: usize) -> (usize, &ClassShard, ShardGuard<'_>) {
