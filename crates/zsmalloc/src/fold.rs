@@ -46,7 +46,7 @@ use serde::{Deserialize, Serialize};
 use crate::class::ClassGeometry;
 use crate::handle::{AnchorRef, Flags, Location, Slot};
 use crate::pool::Pool;
-use crate::shard::{ClassShard, ShardGuard, ShardInner};
+use crate::shard::{ClassShard, ShardInner, UpkeepGuard};
 use crate::sharing::content_hash;
 use crate::sys::PageRun;
 
@@ -209,7 +209,7 @@ struct Cursor<'a> {
     pool: &'a Pool,
     shards: &'a [CachePadded<ClassShard>],
     /// The shard (among the class's) whose lock is held, and the lock.
-    held: Option<(usize, ShardGuard<'a>)>,
+    held: Option<(usize, UpkeepGuard<'a>)>,
     /// Steps left in this hold.
     budget: usize,
     /// Runs to give back once no lock is held, and the pages given back so far.

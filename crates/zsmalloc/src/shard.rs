@@ -46,8 +46,8 @@ use crate::sync::{AtomicBool, AtomicUsize, Mutex, MutexGuard};
 use crate::sys::PageRun;
 use crate::zspage::{GROUP_EMPTY, GROUP_FULL, NR_GROUPS, ZsPage, fullness_group};
 
-/// Tries of an unsharded class's home shard lock before a `malloc` takes it for contention.
-const RETRIES: usize = 64;
+/// Tries of a home shard's lock before a `malloc` shards its class (`lock_for_malloc`).
+const TRIES: usize = 4;
 
 /// Most shards per size class.
 pub(crate) const MAX_SHARDS_PER_CLASS: usize = 16;
@@ -67,11 +67,8 @@ pub(crate) struct ClassShard {
 /// two class-shard locks at once, the pool lock is then the only one ever contended: the
 /// seed's consolidation, where every operation of any class takes one lock.
 ///
-/// A shard's state is made the first time a holder changes it: until then the shard holds
-/// no memory beyond this lock, and a holder reads it as empty. So a pool has a shard for
-/// each of up to [`MAX_SHARDS_PER_CLASS`] threads and pays only for those threads use;
-/// and what walks every shard (statistics, the automatic compaction's looks) passes the
-/// others by without taking their locks.
+/// A shard's state is made the first time a holder changes it; until then it holds no
+/// memory beyond this lock and reads as empty, and walks over every shard pass it by.
 #[derive(Debug)]
 pub(crate) struct ShardLock {
     pool: Option<Arc<CachePadded<Mutex<()>>>>,
@@ -88,21 +85,39 @@ pub(crate) struct ShardLock {
 pub(crate) struct ShardGuard<'a> {
     // Dropped in this order: the shard's own mutex first, then the pool's.
     shard: MutexGuard<'a, Option<Box<ShardInner>>>,
+    /// The lock's `made` flag.
     made: &'a AtomicBool,
-    /// The shard's upkeep count, when held for upkeep: counted down on drop.
-    upkeep: Option<&'a AtomicUsize>,
     _pool: Option<MutexGuard<'a, ()>>,
 }
 
-impl Drop for ShardGuard<'_> {
-    #[inline]
+/// A shard lock held for upkeep ([`ShardLock::lock_for_upkeep`]).
+#[derive(Debug)]
+pub(crate) struct UpkeepGuard<'a> {
+    guard: Option<ShardGuard<'a>>,
+    upkeep: &'a AtomicUsize,
+}
+
+impl Drop for UpkeepGuard<'_> {
     fn drop(&mut self) {
-        if let Some(count) = self.upkeep {
-            // Still under the lock (the mutex guards are dropped after this): a `malloc`
-            // that finds the lock held from here on tries it a little more
-            // (`lock_for_malloc`).
-            count.fetch_sub(1, Ordering::Relaxed);
-        }
+        // Let go of the lock first, then count down.
+        self.guard = None;
+        self.upkeep.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl std::ops::Deref for UpkeepGuard<'_> {
+    type Target = ShardInner;
+
+    fn deref(&self) -> &ShardInner {
+        let held = self.guard.as_deref();
+        held.unwrap_or_else(|| unreachable!("an upkeep guard holds its lock until dropped"))
+    }
+}
+
+impl std::ops::DerefMut for UpkeepGuard<'_> {
+    fn deref_mut(&mut self) -> &mut ShardInner {
+        let held = self.guard.as_deref_mut();
+        held.unwrap_or_else(|| unreachable!("an upkeep guard holds its lock until dropped"))
     }
 }
 
@@ -117,18 +132,16 @@ impl ShardLock {
     }
 
     /// Takes the lock for upkeep (statistics, compaction, merging, folding): a `malloc`
-    /// that finds it so held waits for it, where it would take a holder that stores for
-    /// contention and shard the class ([`Shards::lock_for_malloc`]). The automatic
-    /// compaction looks at every shard every few milliseconds; otherwise a class that one
-    /// thread alone stores in would be sharded by the looks, and that thread's stores and
-    /// its frees (of objects stored before) would go to different shards.
-    pub fn lock_for_upkeep(&self) -> ShardGuard<'_> {
-        // Counted before the lock is taken, so that a `malloc` that finds it held already
-        // sees the count.
+    /// that finds it so held waits for it rather than shard the class, so that the
+    /// automatic compaction's looks do not split a class one thread stores in.
+    pub fn lock_for_upkeep(&self) -> UpkeepGuard<'_> {
+        // Counted before the lock is taken and after it is let go, so that a `malloc` that
+        // finds it held for upkeep sees the count.
         self.upkeep.fetch_add(1, Ordering::Relaxed);
-        let mut guard = self.lock();
-        guard.upkeep = Some(&self.upkeep);
-        guard
+        UpkeepGuard {
+            guard: Some(self.lock()),
+            upkeep: &self.upkeep,
+        }
     }
 
     /// Is the lock held (or about to be taken) for upkeep? A hint.
@@ -137,9 +150,7 @@ impl ShardLock {
         self.upkeep.load(Ordering::Relaxed) > 0
     }
 
-    /// Has a holder changed this shard yet (so that its state holds memory)? Read without
-    /// the lock: a shard made meanwhile may read as not made yet, as if looked at a moment
-    /// earlier.
+    /// Has a holder changed this shard yet (so that its state holds memory)? A hint.
     #[inline]
     pub fn is_made(&self) -> bool {
         self.made.load(Ordering::Relaxed)
@@ -159,7 +170,6 @@ impl ShardLock {
         ShardGuard {
             shard: self.shard.lock(),
             made: &self.made,
-            upkeep: None,
             _pool: pool,
         }
     }
@@ -174,7 +184,6 @@ impl ShardLock {
         Some(ShardGuard {
             shard: self.shard.try_lock()?,
             made: &self.made,
-            upkeep: None,
             _pool: pool,
         })
     }
@@ -499,6 +508,12 @@ impl Shards {
         self.all.iter().map(|s| &**s)
     }
 
+    /// Every shard whose state has been made (see [`ShardLock`]), in position order: the
+    /// others hold nothing to count, and are passed by without taking their locks.
+    pub fn iter_made(&self) -> impl Iterator<Item = &ClassShard> {
+        self.iter().filter(|s| s.inner.is_made())
+    }
+
     /// The shards of each distinct class, in ascending class order.
     pub fn by_class(&self) -> impl Iterator<Item = &[CachePadded<ClassShard>]> {
         self.all.chunks(self.per_class)
@@ -554,18 +569,14 @@ impl Shards {
         }
         if self.per_class > 1 && !self.sharded[class_pos].load(Ordering::Relaxed) {
             let home = &self.all[first];
-            if let Some(guard) = home.inner.try_lock() {
-                return (first, home, guard);
-            }
-            // Upkeep lets go between steps and takes the lock again at once: its count may
-            // be down for the moment between.
-            for _ in 0..RETRIES {
-                if home.inner.in_upkeep() {
-                    return (first, home, home.inner.lock());
-                }
-                std::hint::spin_loop();
+            // Upkeep is counted from before it takes the lock to after it lets go: a failed
+            // try with none counted is a thread storing, or upkeep just gone (tried again).
+            for _ in 0..TRIES {
                 if let Some(guard) = home.inner.try_lock() {
                     return (first, home, guard);
+                }
+                if home.inner.in_upkeep() {
+                    return (first, home, home.inner.lock());
                 }
             }
             self.sharded[class_pos].store(true, Ordering::Relaxed);
@@ -584,6 +595,6 @@ impl Shards {
 
     /// Shards whose state has been made (see [`ShardLock`]).
     pub fn made(&self) -> usize {
-        self.all.iter().filter(|s| s.inner.is_made()).count()
+        self.iter_made().count()
     }
 }

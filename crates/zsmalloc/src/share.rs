@@ -335,7 +335,7 @@ impl Pool {
     /// anchor, whose reference count counts its handles in every shard.
     pub fn share_stats(&self) -> ShareStats {
         let mut stats = ShareStats::default();
-        for shard in self.shards.iter().filter(|s| s.inner.is_made()) {
+        for shard in self.shards.iter_made() {
             let inner = shard.inner.lock_for_upkeep();
             for anchor in inner.sharing.anchors.values().filter(|a| a.refs > 1) {
                 stats.shared_objects += 1;

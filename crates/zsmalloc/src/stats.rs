@@ -211,8 +211,7 @@ impl Pool {
     pub fn metadata_bytes(&self) -> usize {
         let per_shard: usize = self
             .shards
-            .iter()
-            .filter(|shard| shard.inner.is_made())
+            .iter_made()
             .map(|shard| {
                 let inner = shard.inner.lock_for_upkeep();
                 inner.zspages.capacity() * std::mem::size_of::<Option<ZsPage>>()
@@ -235,8 +234,7 @@ impl Pool {
     /// Pages compaction could free right now, over all classes.
     pub fn freeable_pages(&self) -> usize {
         self.shards
-            .iter()
-            .filter(|shard| shard.inner.is_made())
+            .iter_made()
             .map(|shard| freeable(&shard.geom, &shard.inner.lock_for_upkeep()))
             .sum()
     }
@@ -244,8 +242,7 @@ impl Pool {
     /// Pages that shortening partly used zspages (see `compact`) could give back right now.
     pub fn shortenable_pages(&self) -> usize {
         self.shards
-            .iter()
-            .filter(|shard| shard.inner.is_made())
+            .iter_made()
             .map(|shard| shortenable(&shard.geom, &shard.inner.lock_for_upkeep()))
             .sum()
     }
@@ -257,8 +254,7 @@ impl Pool {
     pub fn compactable_pages(&self) -> usize {
         let per_shard: usize = self
             .shards
-            .iter()
-            .filter(|shard| shard.inner.is_made())
+            .iter_made()
             .map(|shard| {
                 let inner = shard.inner.lock_for_upkeep();
                 freeable(&shard.geom, &inner).max(shortenable(&shard.geom, &inner))

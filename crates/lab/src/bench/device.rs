@@ -5,10 +5,10 @@
 //! as a table, one row per count.
 //!
 //! Memory is read twice on each side: right after the read-back (`mm_stat`), and at rest,
-//! once `mem_used_total` has not changed for [`SETTLED`]. zramd's automatic compaction
-//! merges what a write burst spread over class shards about a quarter second after the
-//! pool stops growing; the kernel's zram compacts only when told, so its figure at rest is
-//! its figure after the read-back, read again.
+//! once `mem_used_total` has not changed for a while ([`settled`]). zramd's automatic
+//! compaction merges what a write burst spread over class shards about a quarter second
+//! after the pool stops growing; the kernel's zram compacts only when told, so its figure
+//! at rest is its figure after the read-back, read again.
 
 use std::os::unix::fs::FileExt as _;
 use std::path::PathBuf;
@@ -21,10 +21,6 @@ use zram::{Zram, ZramConfig};
 use crate::kernel::{AlignedBuf, KernelZram, unavailable_reason};
 
 const PAGE: usize = 4096;
-/// How long `mem_used_total` must stay unchanged to count as at rest: more than zramd's
-/// automatic compaction needs to see a burst end (its interval, 250 ms by default, plus its
-/// 50 ms look while the pool grows).
-const SETTLED: Duration = Duration::from_millis(600);
 /// The longest wait for rest; a side still changing then is read as it is.
 const SETTLE_MAX: Duration = Duration::from_secs(5);
 
@@ -310,7 +306,7 @@ fn run_zramd(args: &Args, threads: usize, data: &[u8]) -> anyhow::Result<Run> {
         Ok(())
     })?;
     let mm = dev.mm_stat();
-    let mem_at_rest = at_rest(|| Ok(dev.mm_stat().mem_used_total))?;
+    let mem_at_rest = at_rest(settled(args), || Ok(dev.mm_stat().mem_used_total))?;
     Ok(Run {
         write_mb_s: data.len() as f64 / 1e6 / write,
         read_mb_s: data.len() as f64 / 1e6 / read,
@@ -345,7 +341,7 @@ fn run_kernel(args: &Args, threads: usize, data: &[u8]) -> anyhow::Result<Run> {
         Ok(())
     })?;
     let mm_stat = dev.mm_stat()?;
-    let mem_at_rest = at_rest(|| Ok(dev.mm_stat()?[2]))?;
+    let mem_at_rest = at_rest(settled(args), || Ok(dev.mm_stat()?[2]))?;
     Ok(Run {
         write_mb_s: data.len() as f64 / 1e6 / write,
         read_mb_s: data.len() as f64 / 1e6 / read,
@@ -354,13 +350,24 @@ fn run_kernel(args: &Args, threads: usize, data: &[u8]) -> anyhow::Result<Run> {
     })
 }
 
-/// `mem_used_total` once `read` has given the same figure for [`SETTLED`] (or when
+/// How long `mem_used_total` must stay unchanged to count as at rest, on both sides: twice
+/// what zramd's automatic compaction, as the device is set, needs to see a burst end (its
+/// interval, then its look while the pool grows): 600 ms by default.
+fn settled(args: &Args) -> Duration {
+    let interval = args
+        .device
+        .auto_compact
+        .map_or(Duration::ZERO, |ac| ac.interval);
+    2 * (interval + zram::compact::GROWING_GAP)
+}
+
+/// `mem_used_total` once `read` has given the same figure for `settled` (or when
 /// [`SETTLE_MAX`] has passed), polling every 50 ms.
-fn at_rest(read: impl Fn() -> anyhow::Result<u64>) -> anyhow::Result<u64> {
+fn at_rest(settled: Duration, read: impl Fn() -> anyhow::Result<u64>) -> anyhow::Result<u64> {
     let start = Instant::now();
     let mut last = read()?;
     let mut since = Instant::now();
-    while since.elapsed() < SETTLED && start.elapsed() < SETTLE_MAX {
+    while since.elapsed() < settled && start.elapsed() < SETTLE_MAX {
         std::thread::sleep(Duration::from_millis(50));
         let now = read()?;
         if now != last {
