@@ -194,17 +194,42 @@ fn with_64k_units_neighbours_sharing_a_unit_never_lose_writes() {
     run(Algorithm::Zstd, 64 * 1024, 4000);
 }
 
+/// Waits (bounded) until the background compactor is done with what the workers left: it
+/// would not compact on its next look, and the pool's pages and compaction count held still
+/// over three looks 25 policy intervals apart. The pool must be still for
+/// `check_invariants` and for the figures to be compared with the pool's own.
+fn settle(zram: &Zram, policy: AutoCompact) {
+    let pool = zram.pool();
+    let look = || {
+        let idle = !policy.due(pool, true) && !policy.due(pool, false);
+        (idle, pool.total_pages(), pool.pages_compacted())
+    };
+    let mut last = look();
+    let mut still = 0;
+    for _ in 0..400 {
+        std::thread::sleep(policy.interval * 25);
+        let now = look();
+        still = if now.0 && now == last { still + 1 } else { 0 };
+        if still == 2 {
+            return;
+        }
+        last = now;
+    }
+    panic!("the background compactor never settled: {last:?}");
+}
+
 fn run(algorithm: Algorithm, unit_size: usize, iterations: usize) {
+    let policy = AutoCompact {
+        min_pages: 1,
+        per_mille: 1,
+        interval: Duration::from_millis(2),
+    };
     let zram = Zram::new(ZramConfig {
         disksize: (PAGES * PAGE_SIZE) as u64,
         algorithm,
         unit_size: Size(unit_size as u64),
         params: AlgorithmParams::default(),
-        auto_compact: Some(AutoCompact {
-            min_pages: 1,
-            per_mille: 1,
-            interval: Duration::from_millis(2),
-        }),
+        auto_compact: Some(policy),
         ..ZramConfig::default()
     })
     .expect("device");
@@ -239,6 +264,7 @@ fn run(algorithm: Algorithm, unit_size: usize, iterations: usize) {
         (reads, compactor.join().unwrap())
     });
 
+    settle(&zram, policy);
     zram.pool().check_invariants().expect("pool invariants");
     let writes: u64 = started.iter().map(|c| c.load(Ordering::Acquire)).sum();
     assert!(
