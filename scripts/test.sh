@@ -55,6 +55,8 @@ cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy --workspace --all-targets --locked --features zramd/tls-psk -- -D warnings
+echo "== cargo doc (a broken or private intra-doc link is an error)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --features zramd/tls-psk
 echo "== cargo test"
 cargo test --workspace --locked --release --features zramd/tls-psk -- --nocapture
 echo "== shuttle model checks (the locking protocols of zsmalloc, afmalloc, zbud and malloc)"

@@ -2,7 +2,7 @@
 //! `zramd-lab` binary (`main.rs`) is its command line; `zramd bench ARGS…` runs
 //! `zramd-lab bench ARGS…`.
 //!
-//! - [`bench`]: the measurements (`bench --input FILE`, `bench pool`, `bench nbd`,
+//! - [`mod@bench`]: the measurements (`bench --input FILE`, `bench pool`, `bench nbd`,
 //!   `bench untar`, `bench dedup`, `bench locking`), each a clap `Args` and a `run()`;
 //! - [`report`]: `report` (`zramd lab`): every seed's scenario and one report of them;
 //! - [`kernel`]: the kernel's own zram, hot-added for side-by-side runs and parity tests;

@@ -2,7 +2,7 @@
 //! is a terminal (indicatif's default target), so the figures on stdout, tests and CI logs
 //! stay as they were. One bar at a time: [`bar`] shows it until the [`Bar`] is dropped,
 //! [`tick`] advances it from anywhere in the bench, and lines printed while it is shown go
-//! through [`print`] (or [`outln!`](crate::outln)) so that the bar never overdraws them.
+//! through [`print()`] (or [`outln!`](crate::outln)) so that the bar never overdraws them.
 
 use std::sync::{Mutex, PoisonError};
 

@@ -7,8 +7,8 @@
 //!   `ZRAMD_USWAP_BUDGET` the shim is off and passes every call through);
 //! - [`registry`]: which mappings are served, and what `munmap`, `madvise`, `mremap` and
 //!   fixed mappings do to served ones (`spans`: the address arithmetic);
-//! - [`report`]: the figures, written as one JSON line at exit and answered on
-//!   [`control`]'s socket while the program runs;
+//! - [`control`]: the figures, answered on its socket while the program runs (and
+//!   written by `sys` as one JSON line at exit);
 //! - `sys`: the only `unsafe` code: the interposed functions, the constructor, the exit
 //!   handler.
 //!

@@ -1,5 +1,5 @@
 //! The device: requests of any offset and length, split into slots for the storage path
-//! ([`crate::store`]), which applies the kernel zram's rules per slot under the slot's lock.
+//! (`store.rs`), which applies the kernel zram's rules per slot under the slot's lock.
 //!
 //! A slot is a 4 KiB page (the kernel's model) or, with a larger `unit_size`, a unit of
 //! pages compressed as one stream. A request touching part of a slot reads, modifies and

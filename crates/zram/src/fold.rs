@@ -12,7 +12,7 @@
 //!
 //! Slots keep their own handles, so every rule of the storage path holds unchanged: a
 //! write stores a new object and frees the slot's handle; the shared object goes with
-//! its last handle ([`crate::chain`]). `compr_data_size` stays the sum of the slots'
+//! its last handle (`chain.rs`). `compr_data_size` stays the sum of the slots'
 //! stream lengths, as the kernel counts it; what sharing saves shows in `mem_used_total`,
 //! in `pages_folded` and in [`FoldStats`].
 

@@ -20,7 +20,7 @@
 //!
 //! Slots may name one stored object through different handles (after `fold`, or with
 //! `dedup`). A pass encodes such an object once: the first eligible slot naming it is
-//! re-encoded as above, and the result is remembered for the object ([`crate::shared`]:
+//! re-encoded as above, and the result is remembered for the object (`shared.rs`:
 //! keyed by its id, its stream's length, the slot's length and its priority, which is all
 //! the result depends on). A later slot of the pass naming the same object, if eligible
 //! itself (eligibility, flags and idle marks stay per slot), takes the same result without

@@ -1,5 +1,5 @@
 //! The slot table: one entry per 4 KiB page of the device (per compression unit when the
-//! device's `unit_size` is larger, see [`crate::unit`]), and the per-slot locks.
+//! device's `unit_size` is larger, see `store.rs`), and the per-slot locks.
 //!
 //! An entry is two words. `handle` holds the zsmalloc handle of the slot's object (of a
 //! unit's first object), or the fill word of a same-filled page or unit. `info` packs, from

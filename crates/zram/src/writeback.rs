@@ -25,10 +25,10 @@
 //! Slots may name one stored object through different handles (after `fold`, or with
 //! `dedup`). A pass writes such an object to the file once: the first slot gathered that
 //! names it brings its stream into the batch; a later slot naming the same object (met
-//! through [`crate::shared`], keyed by the object's id and the stream's length), in the
+//! through `shared.rs`, keyed by the object's id and the stream's length), in the
 //! same batch or a later one, only refers to that copy. Each slot still switches on its
 //! own rule (only if it still carries `PP` at the flush); a switched slot is one more
-//! holder of the copy ([`crate::backing::shares`]), and the file extent is freed with its
+//! holder of the copy (`backing/shares.rs`), and the file extent is freed with its
 //! last holder. The pass holds each copy too until no slot can meet its object any more
 //! (or the pass ends), so that a copy whose first slots were rewritten meanwhile is still
 //! there for the later ones, and a copy no slot switched to is freed then.

@@ -9,16 +9,16 @@
 //! on alongside:
 //!
 //! 1. *scan*: hash the capacity bytes of every written object (each located entry: a
-//!    direct handle's or an anchor) of each shard of the class, [`SCAN_BATCH`] table
+//!    direct handle's or an anchor) of each shard of the class, `SCAN_BATCH` table
 //!    entries per hold, into a local list of `(hash, shard, entry, generation)`;
 //! 2. *fold*: sort the list by hash; in each run of equal hashes, keep the objects met
-//!    first (anchors first, then by shard; up to [`MAX_KEEPERS`] different contents per
+//!    first (anchors first, then by shard; up to `MAX_KEEPERS` different contents per
 //!    hash) and fold every later object whose bytes, compared in full now, equal a kept
 //!    one's: the kept object becomes shared if it is not yet, the later object's entry
 //!    becomes an alias of its anchor, and the later object's place is freed. Each candidate
 //!    is checked again after every gap (still live, same generation, still written and
 //!    located), since anything may have happened in between; a lock is held for at most
-//!    [`FOLD_BATCH`] steps.
+//!    `FOLD_BATCH` steps.
 //!
 //! A later object D in the kept object K's shard is folded in one hold of that lock. When K
 //! is in another shard (T) than D (S), without ever holding both locks:

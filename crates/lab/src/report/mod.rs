@@ -5,7 +5,7 @@
 //!
 //! A scenario is a function `fn(&Ctx) -> Result<Section>` in a module of its own
 //! ([`section`] has the shape), listed in [`SCENARIOS`]; adding one is a module and a line.
-//! `--quick` makes a small tree up ([`corpus`]) when no `--tarball` is given and keeps
+//! `--quick` makes a small tree up (`corpus`) when no `--tarball` is given and keeps
 //! repetitions low: a few minutes on two cores.
 
 mod corpus;

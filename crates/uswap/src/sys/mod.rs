@@ -40,7 +40,7 @@
 //!   left as it was), write-protection changes no byte, and waking resumes a blocked thread:
 //!   none of them changes memory a Rust reference may be reading. The source of a copy is a
 //!   borrowed `&[u8]` of at least one page, read by the kernel during the call only.
-//! - The SIGBUS handler ([`signal`]) reads only the registry's atomics and calls a
+//! - The SIGBUS handler (`signal`) reads only the registry's atomics and calls a
 //!   registered [`InThread`] server for an address inside its range; a server is freed only
 //!   after its registration is dropped and no handler is inside it. It saves and restores
 //!   `errno`, and hands every other SIGBUS to the action it replaced. What a server does in

@@ -121,7 +121,7 @@ impl Uffd {
     /// Opens a userfaultfd, with write-protect faults if offered, whose faults are not
     /// queued: the faulting thread gets SIGBUS instead (`UFFD_FEATURE_SIGBUS`), and a system
     /// call that meets a missing page fails with `EFAULT`. For faults served in the faulting
-    /// thread ([`super::signal`]).
+    /// thread (`signal`).
     pub fn with_sigbus() -> io::Result<Self> {
         Self::open(true)
     }

@@ -6,7 +6,7 @@
 //! discarded. A store knows nothing of slots: it holds byte strings of 1 to
 //! [`MAX_OBJECT`] bytes.
 //!
-//! - [`file`]: [`FileBacking`], a packed log in a regular file or a block device;
+//! - [`mod@file`]: [`FileBacking`], a packed log in a regular file or a block device;
 //! - [`mem`]: [`MemBacking`], in memory, with failures to inject (a test double);
 //! - `segments` (private): the file store's allocation state, no I/O;
 //! - `cache` (private): the file store's read-ahead window cache;

@@ -1,7 +1,7 @@
 //! NBD over TLS (`NBD_OPT_STARTTLS`, proto.md "TLS support"), with x509 certificates as
 //! qemu and nbdkit use them: a directory holding `server-cert.pem` and `server-key.pem`
 //! (qemu's `tls-creds-x509` layout), through rustls; or with pre-shared keys (a `psktool`
-//! file, as nbdkit's `--tls-psk` and qemu's `tls-creds-psk`), through OpenSSL ([`psk`]).
+//! file, as nbdkit's `--tls-psk` and qemu's `tls-creds-psk`), through OpenSSL (`psk`).
 //!
 //! After the server acknowledges `NBD_OPT_STARTTLS`, the TLS handshake runs on the socket;
 //! then the rest of the negotiation and the transmission run unchanged over a plain unix
@@ -10,7 +10,7 @@
 //! lock, and encrypted bytes are written to the socket under it, so records leave in the
 //! order they were made. The connection's table entry keeps the client's socket, so the
 //! reaper's shutdown ends the pumps, and with them the plain side.
-//! Both engines sit behind [`Engine`], so the pumps do not know which runs.
+//! Both engines sit behind `Engine`, so the pumps do not know which runs.
 
 use std::io::{self, Read, Write};
 use std::net::Shutdown;

@@ -14,10 +14,10 @@
 //! every worker busy even when the client sends one write at a time (as `qemu-img convert`
 //! does), where a single worker used to compress it alone while the others waited. The last
 //! piece done sends the reply. Pieces, and
-//! read replies that fit in one, use the server's spare buffers ([`spare_buffers`]): a
+//! read replies that fit in one, use the server's spare buffers (`spare_buffers`): a
 //! buffer goes back after use and the next request, of this connection or another, takes it.
 //!
-//! The connection's [`Activity`] tells the server's table what it is doing: a request is in
+//! The connection's `Activity` tells the server's table what it is doing: a request is in
 //! flight from its header to its reply, arriving while its header or payload is being read,
 //! and a reply is going out while it is written; the table closes the connection when a
 //! transfer lasts longer than the I/O timeout or nothing is in flight for the idle timeout,

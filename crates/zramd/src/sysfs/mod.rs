@@ -6,9 +6,9 @@
 //! post-processing policy; `fold` (seed 004's trigger), `dedup` and `fold_stat`.
 //!
 //! Each attribute reads what is written as the kernel's `store` function does: the bytes as
-//! a C string; sizes by `memparse`, numbers by `kstrtou16`/`kstrtoul` ([`parse`]), names
+//! a C string; sizes by `memparse`, numbers by `kstrtou16`/`kstrtoul` (`parse`), names
 //! with one trailing newline dropped. `algorithm_params` checks its words and the device's
-//! state before it touches a dictionary file, and reads that file within bounds ([`dict`]).
+//! state before it touches a dictionary file, and reads that file within bounds (`dict`).
 //!
 //! - `params`: `recomp_algorithm` and `algorithm_params`, settings of the primary and the
 //!   secondary algorithms (`EBUSY` once initialized);

@@ -4,7 +4,7 @@
 //! # Safety
 //!
 //! Contract upheld here, relied on by the rest of the crate (which is `unsafe`-free):
-//! - An [`Arena`] is one private anonymous `mmap` reservation (`MAP_NORESERVE`), unmapped
+//! - An `Arena` is one private anonymous `mmap` reservation (`MAP_NORESERVE`), unmapped
 //!   only when the arena is dropped. Arenas are owned by [`PageSource`] and live at least as
 //!   long as every [`PageRun`] carved from them (each run holds an `Arc` of its source).
 //! - A [`PageRun`] is the *unique* owner of `pages` consecutive pages of one arena: the page
@@ -97,7 +97,7 @@ struct SourceInner {
 /// `cache_limit` pages of freed runs stay resident for immediate reuse, as the kernel's
 /// per-cpu page lists do: this spares a syscall, a TLB shootdown and a refault per zspage in
 /// alloc/free churn. A run that finds the cache full goes back with half the cache (at most
-/// [`MAX_BATCH`] runs), in one call. Cached pages are reported ([`cached_pages`](Self::cached_pages)) and can
+/// `MAX_BATCH` runs), in one call. Cached pages are reported ([`cached_pages`](Self::cached_pages)) and can
 /// be released at any time ([`trim`](Self::trim)).
 #[derive(Debug)]
 pub struct PageSource {
