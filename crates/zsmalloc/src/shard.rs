@@ -63,12 +63,12 @@ pub(crate) struct ClassShard {
 }
 
 /// A class shard's lock: its own mutex and, with [`Locking::Pool`], the pool's one lock,
-/// which every shard of the pool shares and which is taken first. Since no operation holds
-/// two class-shard locks at once, the pool lock is then the only one ever contended: the
-/// seed's consolidation, where every operation of any class takes one lock.
+/// which every shard of the pool shares and which is taken first. Pool locking has one
+/// shard per class, so no operation holds two class-shard locks (only merging does, of one
+/// class's shards): the pool lock is the only one ever contended, the seed's consolidation.
 ///
 /// A shard's state is made the first time a holder changes it; until then it holds no
-/// memory beyond this lock and reads as empty, and walks over every shard pass it by.
+/// memory beyond this lock and reads as empty: statistics, compaction and merging pass it.
 #[derive(Debug)]
 pub(crate) struct ShardLock {
     pool: Option<Arc<CachePadded<Mutex<()>>>>,

@@ -45,7 +45,7 @@ use crate::error::{Error, Result};
 use crate::fold::ShareStats;
 use crate::handle::{AnchorRef, Flags, Handle, Location, Slot};
 use crate::pool::{Pool, check_size};
-use crate::shard::{Resolved, ShardInner, Target};
+use crate::shard::{Resolved, ShardGuard, ShardInner, Target};
 use crate::sharing::{Anchor, content_hash};
 use crate::sys::PageRun;
 use crate::zspage::set_header;
@@ -179,26 +179,36 @@ impl ShardInner {
         self.release_object(geom, loc)
     }
 
-    /// A new handle to the object with capacity bytes `stored` if this shard (at `pos`)
-    /// indexes one under `hash` (the bytes compared in full); `None` otherwise.
-    fn share_indexed(
-        &mut self,
-        pos: usize,
-        geom: &ClassGeometry,
-        hash: u64,
-        data: &[u8],
-    ) -> Result<Option<Handle>> {
-        let Some(&owner) = self.sharing.index.get(&hash) else {
-            return Ok(None);
-        };
-        if !holds(self.object(geom, self.handles.location(owner)), data) {
-            return Ok(None);
-        }
+    /// The entry of the object this shard indexes under `hash` whose capacity bytes are
+    /// `data` (compared in full), if there is one.
+    fn indexed(&self, geom: &ClassGeometry, hash: u64, data: &[u8]) -> Option<u32> {
+        let &owner = self.sharing.index.get(&hash)?;
+        holds(self.object(geom, self.handles.location(owner)), data).then_some(owner)
+    }
+
+    /// A new handle, in this shard (at `pos`), to the object of entry `owner`.
+    fn share_entry(&mut self, pos: usize, geom: &ClassGeometry, owner: u32) -> Result<Handle> {
         let anchor = self
             .anchor_of(pos, geom, owner)
             .ok_or(Error::TooManyObjects)?;
         let (entry, generation) = self.add_alias(pos, anchor).ok_or(Error::TooManyObjects)?;
-        Ok(Some(Handle::encode(pos, generation, entry)))
+        Ok(Handle::encode(pos, generation, entry))
+    }
+}
+
+/// A new handle to the object the shard at `pos` (locked by `inner`) indexes under `hash`
+/// with the bytes `data`, if it has one; `None` otherwise. The lookup only reads, so a
+/// shard whose state is not made yet (its index is empty) stays unmade.
+fn share_indexed(
+    inner: &mut ShardGuard<'_>,
+    pos: usize,
+    geom: &ClassGeometry,
+    hash: u64,
+    data: &[u8],
+) -> Result<Option<Handle>> {
+    match inner.indexed(geom, hash, data) {
+        Some(owner) => inner.share_entry(pos, geom, owner).map(Some),
+        None => Ok(None),
     }
 }
 
@@ -291,7 +301,7 @@ impl Pool {
         let hash = content_hash(data);
         let (pos, shard, mut inner) = self.shards.lock_for_malloc(class_pos);
         let geom = shard.geom;
-        if let Some(handle) = inner.share_indexed(pos, &geom, hash, data)? {
+        if let Some(handle) = share_indexed(&mut inner, pos, &geom, hash, data)? {
             return Ok((handle, true));
         }
         // The other shards may hold the bytes too: look while the class is sharded, and
@@ -308,13 +318,13 @@ impl Pool {
                     continue;
                 };
                 let mut inner = there.inner.lock();
-                if let Some(handle) = inner.share_indexed(other, &geom, hash, data)? {
+                if let Some(handle) = share_indexed(&mut inner, other, &geom, hash, data)? {
                     return Ok((handle, true));
                 }
             }
             inner = shard.inner.lock();
             // Stored here meanwhile?
-            if let Some(handle) = inner.share_indexed(pos, &geom, hash, data)? {
+            if let Some(handle) = share_indexed(&mut inner, pos, &geom, hash, data)? {
                 return Ok((handle, true));
             }
         }

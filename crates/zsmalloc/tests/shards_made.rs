@@ -85,11 +85,18 @@ fn pinned_threads_make_their_own_shards_and_no_other() {
                 let pool = &pool;
                 s.spawn(move || {
                     pin_malloc_shard(Some(t));
+                    // Half stored plainly, half through dedup (indexed: the bytes differ).
                     (0..200)
                         .map(|i| {
-                            let data = bytes(t * 1000 + i, SIZE);
-                            let h = pool.malloc(SIZE).unwrap();
-                            pool.write(h, &data).unwrap();
+                            let mut data = bytes(t * 1000 + i, SIZE);
+                            data[..8].copy_from_slice(&(t * 1000 + i).to_le_bytes());
+                            if i % 2 == 0 {
+                                let h = pool.malloc(SIZE).unwrap();
+                                pool.write(h, &data).unwrap();
+                                return (h, data);
+                            }
+                            let (h, found) = pool.malloc_dedup(&data).unwrap();
+                            assert!(!found, "distinct bytes found stored");
                             (h, data)
                         })
                         .collect()
@@ -103,6 +110,19 @@ fn pinned_threads_make_their_own_shards_and_no_other() {
         THREADS,
         "one class, a shard per pinned thread"
     );
+    // Dedup from another thread's shard looks in its own index and then in every other
+    // shard's for the bytes: the shards no thread stored in have nothing there, and
+    // looking makes none of them, its own included.
+    pin_malloc_shard(Some(THREADS + 1));
+    let (shared, found) = pool.malloc_dedup(&stored[1][7].1).unwrap();
+    pin_malloc_shard(None);
+    assert!(found, "dedup missed bytes stored in another shard");
+    assert_eq!(
+        pool.shards_made(),
+        THREADS,
+        "a dedup lookup made the shards it looked in"
+    );
+    pool.free(shared).unwrap();
     // Merging moves the other shards' objects home; it makes no shard.
     pool.compact();
     pool.check_invariants().unwrap();
