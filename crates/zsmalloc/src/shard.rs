@@ -90,18 +90,21 @@ pub(crate) struct ShardGuard<'a> {
     _pool: Option<MutexGuard<'a, ()>>,
 }
 
-/// A shard lock held for upkeep ([`ShardLock::lock_for_upkeep`]).
+/// A shard lock held for upkeep ([`ShardLock::lock_for_upkeep`]). Fields drop in order:
+/// the lock is let go first, then the upkeep count goes down.
 #[derive(Debug)]
 pub(crate) struct UpkeepGuard<'a> {
-    guard: Option<ShardGuard<'a>>,
-    upkeep: &'a AtomicUsize,
+    guard: ShardGuard<'a>,
+    _count: UpkeepCount<'a>,
 }
 
-impl Drop for UpkeepGuard<'_> {
+/// One count of a shard lock's `upkeep`, from its making to its drop.
+#[derive(Debug)]
+struct UpkeepCount<'a>(&'a AtomicUsize);
+
+impl Drop for UpkeepCount<'_> {
     fn drop(&mut self) {
-        // Let go of the lock first, then count down.
-        self.guard = None;
-        self.upkeep.fetch_sub(1, Ordering::Relaxed);
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -109,15 +112,13 @@ impl std::ops::Deref for UpkeepGuard<'_> {
     type Target = ShardInner;
 
     fn deref(&self) -> &ShardInner {
-        let held = self.guard.as_deref();
-        held.unwrap_or_else(|| unreachable!("an upkeep guard holds its lock until dropped"))
+        &self.guard
     }
 }
 
 impl std::ops::DerefMut for UpkeepGuard<'_> {
     fn deref_mut(&mut self) -> &mut ShardInner {
-        let held = self.guard.as_deref_mut();
-        held.unwrap_or_else(|| unreachable!("an upkeep guard holds its lock until dropped"))
+        &mut self.guard
     }
 }
 
@@ -138,9 +139,10 @@ impl ShardLock {
         // Counted before the lock is taken and after it is let go, so that a `malloc` that
         // finds it held for upkeep sees the count.
         self.upkeep.fetch_add(1, Ordering::Relaxed);
+        let count = UpkeepCount(&self.upkeep);
         UpkeepGuard {
-            guard: Some(self.lock()),
-            upkeep: &self.upkeep,
+            guard: self.lock(),
+            _count: count,
         }
     }
 
@@ -586,11 +588,9 @@ impl Shards {
         (pos, shard, shard.inner.lock())
     }
 
-    /// Bytes of the shard structures themselves, the state of those made included (not
-    /// what the state points to).
+    /// Bytes of the shard structures themselves (not their states, made or not).
     pub fn struct_bytes(&self) -> usize {
         self.all.len() * std::mem::size_of::<CachePadded<ClassShard>>()
-            + self.made() * std::mem::size_of::<ShardInner>()
     }
 
     /// Shards whose state has been made (see [`ShardLock`]).

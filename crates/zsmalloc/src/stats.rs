@@ -214,7 +214,8 @@ impl Pool {
             .iter_made()
             .map(|shard| {
                 let inner = shard.inner.lock_for_upkeep();
-                inner.zspages.capacity() * std::mem::size_of::<Option<ZsPage>>()
+                std::mem::size_of::<ShardInner>()
+                    + inner.zspages.capacity() * std::mem::size_of::<Option<ZsPage>>()
                     + inner.free_ids.capacity() * 4
                     + inner.groups.iter().map(|g| g.capacity() * 4).sum::<usize>()
                     + inner.handles.metadata_bytes()
