@@ -2,7 +2,8 @@
 //! a background thread compacts the pool when the pages it could free pass a threshold.
 //! Frees nudge it; otherwise it looks every `interval`, or every [`GROWING_GAP`] while the
 //! pool has grown within the last `interval`, so that it sees a write burst end about an
-//! interval after its last growth.
+//! interval after its last growth, or at its next look when a thread that wrote into a
+//! shard of the pool's classes has ended ([`zsmalloc::shard_thread_exits`]).
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -94,10 +95,12 @@ pub const MIN_GAP: Duration = Duration::from_millis(10);
 
 fn run(pool: &dyn Backend, policy: AutoCompact, signal: &(Mutex<Signal>, Condvar)) {
     let (m, cv) = signal;
-    let mut last_total = usize::MAX;
+    let mut last_total = pool.total_pages();
     let mut looked = std::time::Instant::now();
-    let mut wait = policy.interval;
+    // A new device is written first: looked at as a growing pool until it stands still.
+    let mut wait = policy.interval.min(GROWING_GAP);
     let mut grew = looked;
+    let mut exits = zsmalloc::shard_thread_exits();
     loop {
         {
             let mut s = m.lock();
@@ -130,7 +133,13 @@ fn run(pool: &dyn Backend, policy: AutoCompact, signal: &(Mutex<Signal>, Condvar
         } else {
             policy.interval.min(GROWING_GAP)
         };
-        if policy.due(pool, quiet) {
+        // A thread gone that wrote into a shard other than its class's home left partly
+        // used zspages nobody fills any more: this look counts as quiet, so that they merge
+        // now (threads still writing spread anew, up to a zspage per class each).
+        let now_exits = zsmalloc::shard_thread_exits();
+        let ended = now_exits != exits;
+        exits = now_exits;
+        if policy.due(pool, quiet || ended) {
             pool.compact();
             last_total = pool.total_pages();
         }

@@ -136,47 +136,67 @@ fn check_nothing_happens_until_compact(auto_compact: Option<AutoCompact>) {
     check_survivors(&zram, &kept);
 }
 
-/// Threads that each wrote into their own shards of the pool's classes leave a partly used
-/// zspage per class per shard; once the writes stop, the background thread merges the
-/// shards (zsmalloc's `merge.rs`) by itself, down to what one thread's writes of the same
-/// pages hold once compacted (bounded wait).
-#[test]
-fn the_background_thread_merges_what_threads_spread() {
-    const THREADS: usize = 16;
-    let sharded = |auto_compact| {
-        let mut config = ZramConfig {
-            disksize: (PAGES * PAGE_SIZE) as u64,
-            algorithm: Algorithm::Lz4,
-            auto_compact,
-            ..ZramConfig::default()
-        };
-        config.pool.shards = THREADS;
-        Zram::new(config).expect("device")
+const THREADS: usize = 16;
+
+/// A device whose pool has a shard per writer thread.
+fn sharded(auto_compact: Option<AutoCompact>) -> Zram {
+    let mut config = ZramConfig {
+        disksize: (PAGES * PAGE_SIZE) as u64,
+        algorithm: Algorithm::Lz4,
+        auto_compact,
+        ..ZramConfig::default()
     };
+    config.pool.shards = THREADS;
+    Zram::new(config).expect("device")
+}
+
+/// Writes every page from [`THREADS`] threads, each pinned to its own shard and joined.
+fn spread_fill(zram: &Zram) {
+    std::thread::scope(|s| {
+        let writers: Vec<_> = (0..THREADS)
+            .map(|t| {
+                s.spawn(move || {
+                    zsmalloc::pin_malloc_shard(Some(t));
+                    for i in (t..PAGES).step_by(THREADS) {
+                        zram.write(i as u64 * P, &page(i)).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().expect("writer");
+        }
+    });
+}
+
+/// `mem_used_total` of one thread's writes of every page, compacted; and of the spread
+/// fill, on a device without automatic compaction. Asserts the spread fill costs more
+/// than the slack the merge tests allow.
+fn one_and_spread() -> (u64, u64) {
     let one = sharded(None);
     for i in 0..PAGES {
         one.write(i as u64 * P, &page(i)).unwrap();
     }
     one.compact();
     let one_used = one.mm_stat().mem_used_total;
+    let spread = sharded(None);
+    spread_fill(&spread);
+    let spread_used = spread.mm_stat().mem_used_total;
+    assert!(
+        spread_used > one_used + SLACK,
+        "the spread fill cost nothing"
+    );
+    (one_used, spread_used)
+}
 
-    let zram = sharded(Some(POLICY));
-    std::thread::scope(|s| {
-        for t in 0..THREADS {
-            let zram = &zram;
-            s.spawn(move || {
-                zsmalloc::pin_malloc_shard(Some(t));
-                for i in (t..PAGES).step_by(THREADS) {
-                    zram.write(i as u64 * P, &page(i)).unwrap();
-                }
-            });
-        }
-    });
-    let spread = zram.mm_stat().mem_used_total;
-    // A page per size class in use is rounding; the spread fill holds far more.
-    let slack = 128 * P;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while zram.mm_stat().mem_used_total > one_used + slack {
+/// A page per size class in use is rounding; the spread fill holds far more.
+const SLACK: u64 = 128 * P;
+
+/// Waits, bounded by `limit`, until `zram` holds no more than one thread's writes of the
+/// same pages, compacted, plus [`SLACK`]; checks every page.
+fn wait_merged(zram: &Zram, (one_used, spread): (u64, u64), limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while zram.mm_stat().mem_used_total > one_used + SLACK {
         assert!(
             Instant::now() < deadline,
             "not merged: {} bytes, one thread's {one_used}, spread {spread}",
@@ -188,7 +208,34 @@ fn the_background_thread_merges_what_threads_spread() {
         "spread {spread} bytes, merged {}, one thread {one_used}",
         zram.mm_stat().mem_used_total
     );
-    assert!(spread > one_used + slack, "the spread fill cost nothing");
     let all: Vec<usize> = (0..PAGES).collect();
-    check_survivors(&zram, &all);
+    check_survivors(zram, &all);
+}
+
+/// Threads that each wrote into their own shards of the pool's classes leave a partly used
+/// zspage per class per shard; once the writes stop, the background thread merges the
+/// shards (zsmalloc's `merge.rs`) by itself, down to what one thread's writes of the same
+/// pages hold once compacted (bounded wait).
+#[test]
+fn the_background_thread_merges_what_threads_spread() {
+    let figures = one_and_spread();
+    let zram = sharded(Some(POLICY));
+    spread_fill(&zram);
+    wait_merged(&zram, figures, Duration::from_secs(60));
+}
+
+/// Writers that end need no quiet interval: the thread merges what they spread at its next
+/// look (every 50 ms while the pool grows), here with an interval of an hour, which the
+/// wait (20 s) never reaches. Without the count of ended shard threads
+/// (`zsmalloc::shard_thread_exits`) nothing would merge before the pool stood still for the
+/// interval.
+#[test]
+fn what_ended_writers_spread_merges_without_waiting_an_interval() {
+    let figures = one_and_spread();
+    let zram = sharded(Some(AutoCompact {
+        interval: Duration::from_secs(3600),
+        ..POLICY
+    }));
+    spread_fill(&zram);
+    wait_merged(&zram, figures, Duration::from_secs(20));
 }

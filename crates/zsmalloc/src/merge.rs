@@ -26,8 +26,9 @@
 //! shard has at most one partly used zspage left to move) and before packing the home
 //! shard once more and shortening (so that nothing moves into a short zspage); then the class counts as unsharded again, so new objects go to the
 //! home shard until threads contend for it anew. The device's automatic compaction counts
-//! what merging would give back ([`Pool::compactable_pages`]) once the pool stops growing:
-//! the end of a write burst merges what it spread.
+//! what merging would give back ([`Pool::compactable_pages`]) once the pool stops growing,
+//! or at its next look after a thread that allocated outside the home shards ended
+//! ([`crate::shard_thread_exits`]): the end of a write burst merges what it spread.
 
 use crate::class::ClassGeometry;
 use crate::compact::HOLD_BYTES;

@@ -28,10 +28,10 @@
 //! class geometry); classes nobody contends for stay on one shard and pack exactly as the
 //! kernel's. The cost, at most one partly used zspage per sharded class per extra shard,
 //! lasts until the next compaction: `Pool::compact` (the device's `compact`, and its
-//! automatic compaction once the pool stops growing) merges the other shards' partly used
-//! zspages into the class's first shard, the *home* shard, and marks the class unsharded
-//! again (`merge.rs`). A merged object leaves its entry behind as an alias of an anchor in
-//! the home shard, so its handle still names the shard it was made in.
+//! automatic compaction once the pool stops growing or a writer ends) merges the others'
+//! partly used zspages into the class's first shard, the *home* shard, and marks the class
+//! unsharded again (`merge.rs`). A merged object leaves its entry behind as an alias of an
+//! anchor in the home shard, so its handle still names the shard it was made in.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -566,7 +566,7 @@ impl Shards {
         {
             // Tests: as if the class were sharded, on the pinned shard.
             self.sharded[class_pos].store(true, Ordering::Relaxed);
-            let pos = first + pinned % self.per_class;
+            let pos = first + crate::thread::own_shard(pinned % self.per_class);
             return (pos, &self.all[pos], self.all[pos].inner.lock());
         }
         if self.per_class > 1 && !self.sharded[class_pos].load(Ordering::Relaxed) {
@@ -583,7 +583,7 @@ impl Shards {
             }
             self.sharded[class_pos].store(true, Ordering::Relaxed);
         }
-        let pos = first + crate::thread::thread_number() % self.per_class;
+        let pos = first + crate::thread::own_shard(crate::thread::thread_number() % self.per_class);
         let shard = &self.all[pos];
         (pos, shard, shard.inner.lock())
     }

@@ -1,7 +1,9 @@
 //! Threads as the pool tells them apart: each thread's number, which picks its shard of a
-//! sharded class (`shard.rs`), and the tests' hook that pins a thread to a shard.
+//! sharded class (`shard.rs`), the count of threads gone that allocated in a shard other
+//! than a class's home, and the tests' hook that pins a thread to a shard.
 
-use std::sync::atomic::Ordering;
+use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// A small number naming the calling thread, handed out in order of first use: a sharded
 /// class's shard for this thread is `thread_number() % shards`, afmalloc's home heap is
@@ -11,10 +13,51 @@ use std::sync::atomic::Ordering;
 /// would.)
 #[inline]
 pub fn thread_number() -> usize {
-    use std::sync::atomic::AtomicUsize;
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local!(static NUMBER: usize = NEXT.fetch_add(1, Ordering::Relaxed));
     NUMBER.with(|n| *n)
+}
+
+/// Threads that allocated in a shard other than a class's home and have since ended.
+static SHARD_EXITS: AtomicUsize = AtomicUsize::new(0);
+
+/// Marks, for its thread, that it allocated in a shard other than a class's home; counts
+/// the thread in [`SHARD_EXITS`] when it ends.
+struct ShardUser(Cell<bool>);
+
+impl Drop for ShardUser {
+    fn drop(&mut self) {
+        if self.0.get() {
+            SHARD_EXITS.fetch_add(1, Ordering::Release);
+        }
+    }
+}
+
+thread_local! {
+    static SHARD_USER: ShardUser = const { ShardUser(Cell::new(false)) };
+}
+
+/// Shard `shard` of a sharded class is the calling thread's to allocate in: returns it,
+/// first marking the thread as one whose end [`shard_thread_exits`] counts, unless it is
+/// the home shard (0): merging moves objects into that one, never out of it.
+#[inline]
+pub(crate) fn own_shard(shard: usize) -> usize {
+    if shard != 0 {
+        // Fails only while the thread's locals are being torn down; it is ending then.
+        let _ = SHARD_USER.try_with(|u| u.0.set(true));
+    }
+    shard
+}
+
+/// How many threads, in this process, have ended after allocating in a shard of a sharded
+/// class other than its home shard (in any pool). What such a thread spread stays in
+/// partly used zspages that no thread fills any more until a merge (`Pool::compact`): a
+/// change of this count tells a background compactor that a writer has stopped for good,
+/// without waiting for the pool to stay still. (The count moves when the thread's locals
+/// are destroyed, after its closure returned: before an explicit `join` of it returns, but
+/// perhaps after the end of a `std::thread::scope` that joined it implicitly.)
+pub fn shard_thread_exits() -> usize {
+    SHARD_EXITS.load(Ordering::Acquire)
 }
 
 thread_local! {
