@@ -7,8 +7,9 @@
 #       source tar, xz-compressed, in .device/ (ignored by git; carry it)
 #   scripts/device-bench.sh run
 #       there, as root with OUT set: the library path beside the kernel's zram at 1-16
-#       threads, the pool's scaling curve, and the NBD bench where nbdkit, nbdcopy and
-#       qemu-img are installed; one text file per measurement in $OUT
+#       threads, the pool's scaling curve, and the NBD bench and its curve over 1-16
+#       connections where nbdkit, nbdcopy and qemu-img are installed; one text file per
+#       measurement in $OUT
 #
 # Nothing depends on it: CI never has such a machine. Make the tar with
 # `xz -dc /usr/src/linux-source-6.1.tar.xz > linux.tar` (Debian's linux-source-6.1).
@@ -62,8 +63,9 @@ run)
   bench pool 120 bench pool --threads 1,2,4,8,16 --repeat 3
   if command -v nbdkit >/dev/null && command -v nbdcopy >/dev/null && command -v qemu-img >/dev/null; then
     bench nbd 150 bench nbd --input "$work/input.tar" --repeat 1
+    bench nbd_connections 120 bench nbd --input "$work/input.tar" --repeat 1 --connections 1,2,4,8,16
   else
-    echo "nbd: SKIPPED (nbdkit, nbdcopy or qemu-img is not installed)" | tee "$out/nbd.txt"
+    echo "nbd: SKIPPED (nbdkit, nbdcopy or qemu-img is not installed)" | tee "$out/nbd.txt" "$out/nbd_connections.txt"
   fi
   ;;
 *)

@@ -2,7 +2,9 @@
 //! library path's write speed is there too, and the temporary folder is gone afterwards; a
 //! client tool that fails (a stand-in `nbdcopy`
 //! found first on PATH, exiting 3) is named in the error with its exit status and stderr, the
-//! bench exits non-zero, and the folder is gone too. Structure only: no speed is asserted.
+//! bench exits non-zero, and the folder is gone too. With `--connections 1,2`, the curve
+//! has a point per count with four finite speeds; a count of 0 is refused. Structure only:
+//! no speed is asserted.
 
 use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt as _;
@@ -41,9 +43,15 @@ fn input(dir: &Path) -> PathBuf {
 
 /// Runs the bench once with `tmp` as its TMPDIR and `path` as its PATH.
 fn bench(input: &Path, tmp: &Path, path: Option<OsString>) -> Output {
+    bench_with(&[], input, tmp, path)
+}
+
+/// [`bench`] with `extra` arguments.
+fn bench_with(extra: &[&str], input: &Path, tmp: &Path, path: Option<OsString>) -> Output {
     let mut cmd = Command::new(LAB);
     cmd.args(["bench", "nbd", "--repeat", "1", "--json", "--input"])
         .arg(input)
+        .args(extra)
         .env("TMPDIR", tmp);
     if let Some(path) = path {
         cmd.env("PATH", path);
@@ -124,5 +132,52 @@ fn a_crashing_peer_is_named_with_its_status_and_stderr() {
     ] {
         assert!(stderr.contains(expected), "{expected:?} missing: {stderr}");
     }
+    assert_eq!(left_in(tmp.path()), Vec::<PathBuf>::new());
+}
+
+#[test]
+fn the_connections_curve_has_a_point_per_count() {
+    if let Some(why) = missing() {
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    let data = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let input = input(data.path());
+    let out = bench_with(&["--connections", "1,2"], &input, tmp.path(), None);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON object");
+    let points = report["connections"]
+        .as_array()
+        .expect("a connections array");
+    let counts: Vec<u64> = points
+        .iter()
+        .map(|p| p["connections"].as_u64().unwrap_or(0))
+        .collect();
+    assert_eq!(counts, [1, 2], "{stdout}");
+    for p in points {
+        for key in [
+            "zramd_write_mb_s",
+            "zramd_read_mb_s",
+            "nbdkit_write_mb_s",
+            "nbdkit_read_mb_s",
+        ] {
+            let v = p[key].as_f64().unwrap_or(f64::NAN);
+            assert!(v.is_finite() && v > 0.0, "{key}: {p}");
+        }
+    }
+    assert_eq!(left_in(tmp.path()), Vec::<PathBuf>::new());
+
+    let out = bench_with(&["--connections", "0,1"], &input, tmp.path(), None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--connections takes counts of at least 1"),
+        "{stderr}"
+    );
     assert_eq!(left_in(tmp.path()), Vec::<PathBuf>::new());
 }

@@ -20,6 +20,9 @@
 //! servers' logs live in a temporary folder that is removed however the run ends. When a peer
 //! (a server or a client tool) fails, the error names it, its exit status and the tail of its
 //! stderr, and the bench exits non-zero.
+//!
+//! With `--connections 1,2,4,8`, the bench instead measures zramd lz4 and nbdkit's zstd
+//! allocator with `nbdcopy -C N` at each count and prints the curve (`conns.rs`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -30,6 +33,8 @@ use serde::Serialize;
 
 use crate::outln;
 
+mod conns;
+
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The file to copy in and out.
@@ -38,6 +43,11 @@ pub struct Args {
     /// Rounds; each runs every server once (forwards, then backwards, and so on).
     #[arg(long, default_value_t = 3)]
     repeat: usize,
+    /// Connection counts (`1,2,4,8`): instead of the table of servers, the curve of zramd
+    /// lz4 and nbdkit's zstd allocator written and read with `nbdcopy -C N -T N` at each
+    /// count (see `conns.rs`).
+    #[arg(long, value_delimiter = ',')]
+    connections: Vec<usize>,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -261,6 +271,13 @@ fn zramd_exe() -> anyhow::Result<PathBuf> {
 
 /// Starts server `i` of [`SERVERS`] on a unix socket in `dir` and measures it.
 fn run_server(i: usize, dir: &Path, input: &Path, size: u64, bytes: u64) -> anyhow::Result<Row> {
+    let mut server = start_server(i, dir, size)?;
+    measure(&mut server, input, size, bytes)
+}
+
+/// Starts server `i` of [`SERVERS`] with a disk of `size` bytes on a unix socket in `dir`
+/// and waits until it listens.
+fn start_server(i: usize, dir: &Path, size: u64) -> anyhow::Result<Server> {
     let (name, arg) = SERVERS[i];
     let socket = dir.join(format!("s{i}.sock"));
     let zramd = name.starts_with("zramd");
@@ -305,7 +322,7 @@ fn run_server(i: usize, dir: &Path, input: &Path, size: u64, bytes: u64) -> anyh
         log,
     };
     wait_for(&mut server)?;
-    measure(&mut server, input, size, bytes)
+    Ok(server)
 }
 
 fn print_row(row: &Row) {
@@ -401,6 +418,16 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         .tempdir()
         .context("create a temporary folder")?;
     let dir = tmp.path();
+    if !args.connections.is_empty() {
+        drop(data);
+        return conns::run(
+            &args.input,
+            &args.connections,
+            args.repeat,
+            args.json,
+            (dir, size, bytes),
+        );
+    }
     let mut runs: Vec<Vec<Row>> = vec![Vec::new(); SERVERS.len()];
     let mut library = Vec::new();
     let bar = crate::progress::bar("nbd", (args.repeat * (SERVERS.len() + 1)) as u64);
