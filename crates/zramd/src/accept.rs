@@ -16,7 +16,9 @@ use crate::stream::Conn;
 use crate::table::{Slot, Table};
 use crate::tally::Event;
 
-/// Longest sleep between accept attempts (and so the delay before shutdown is seen).
+/// Longest wait between accept attempts while no connection comes (and so the delay before
+/// shutdown is seen and the table's timeouts are checked); a connection that comes ends
+/// the wait at once (`listen::wait_for_connection`).
 pub(crate) const POLL: Duration = Duration::from_millis(20);
 
 /// What a server does with a connection.
@@ -114,7 +116,9 @@ pub(crate) fn serve<H: Handler>(
         table.tick();
         threads.retain(|t| !t.is_finished());
         if !accepted {
-            thread::sleep(POLL);
+            // Not a sleep: a client opening connections one after another (nbdcopy -C N)
+            // waited up to this long for each of them.
+            crate::listen::wait_for_connection(&listeners, POLL);
         }
     }
     drop(listeners);

@@ -35,6 +35,33 @@ impl Listener {
     }
 }
 
+impl std::os::fd::AsFd for Listener {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        match self {
+            Self::Tcp(l) => l.as_fd(),
+            Self::Unix(l) => l.as_fd(),
+        }
+    }
+}
+
+/// Waits until a connection is waiting on one of `listeners`, `timeout` has passed or a
+/// signal came, whichever is first. If the wait itself fails, sleeps `timeout` instead.
+pub(crate) fn wait_for_connection(listeners: &[Listener], timeout: std::time::Duration) {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    let mut fds: Vec<PollFd<'_>> = listeners
+        .iter()
+        .map(|l| PollFd::new(l, PollFlags::IN))
+        .collect();
+    let Ok(limit) = Timespec::try_from(timeout) else {
+        std::thread::sleep(timeout);
+        return;
+    };
+    match poll(&mut fds, Some(&limit)) {
+        Ok(_) | Err(rustix::io::Errno::INTR) => {}
+        Err(_) => std::thread::sleep(timeout),
+    }
+}
+
 /// A listening socket of one kind: accepts connections made blocking, with a printable
 /// name of the peer.
 pub(crate) trait Acceptor {

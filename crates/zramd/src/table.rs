@@ -281,16 +281,18 @@ impl Table {
         let oldest_starting = open
             .iter()
             .filter(|(_, e)| phase(e) == STARTING)
-            .min_by_key(|(_, e)| e.activity.opened)
+            .min_by_key(|(id, e)| (e.activity.opened, **id))
             .map(|(id, _)| **id);
         let starting = open.iter().filter(|(_, e)| phase(e) == STARTING).count();
         let victim = if starting >= self.rules.max_starting {
             oldest_starting
         } else if open.len() >= self.rules.max_connections {
             oldest_starting.or_else(|| {
+                // Stamps are in milliseconds and the entries in no order: of sessions
+                // stamped in the same millisecond, the one opened first.
                 open.iter()
                     .filter_map(|(id, e)| Some((**id, e.activity.idle_since()?)))
-                    .min_by_key(|&(_, since)| since)
+                    .min_by_key(|&(id, since)| (since, id))
                     .map(|(id, _)| id)
             })
         } else {
