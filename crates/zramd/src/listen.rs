@@ -45,7 +45,9 @@ impl std::os::fd::AsFd for Listener {
 }
 
 /// Waits until a connection is waiting on one of `listeners`, `timeout` has passed or a
-/// signal came, whichever is first. If the wait itself fails, sleeps `timeout` instead.
+/// signal came, whichever is first. If the wait itself fails, or a listener reports an
+/// error or a hang-up (which `accept` may not clear, so that the caller would spin), sleeps
+/// `timeout` instead.
 pub(crate) fn wait_for_connection(listeners: &[Listener], timeout: std::time::Duration) {
     use rustix::event::{PollFd, PollFlags, Timespec, poll};
     let mut fds: Vec<PollFd<'_>> = listeners
@@ -56,7 +58,11 @@ pub(crate) fn wait_for_connection(listeners: &[Listener], timeout: std::time::Du
         std::thread::sleep(timeout);
         return;
     };
+    let faulty = PollFlags::ERR | PollFlags::HUP | PollFlags::NVAL;
     match poll(&mut fds, Some(&limit)) {
+        Ok(_) if fds.iter().any(|f| f.revents().intersects(faulty)) => {
+            std::thread::sleep(timeout);
+        }
         Ok(_) | Err(rustix::io::Errno::INTR) => {}
         Err(_) => std::thread::sleep(timeout),
     }
@@ -265,5 +271,45 @@ mod tests {
         assert_eq!(group_id("0").unwrap(), 0);
         assert_eq!(group_id("root").unwrap(), 0);
         assert!(group_id("no-such-group-here").is_err());
+    }
+
+    /// `wait_for_connection` returns once a connection is waiting, long before its
+    /// timeout (an hour); the wait is run on a thread and given a minute (bounded).
+    #[test]
+    fn a_waiting_connection_ends_the_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sock");
+        let unix = UnixListener::bind(&path).unwrap();
+        let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let listeners = vec![Listener::Tcp(tcp), Listener::Unix(unix)];
+        for l in &listeners {
+            l.set_nonblocking().unwrap();
+        }
+        let hour = std::time::Duration::from_secs(3600);
+        for unix_side in [true, false] {
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::scope(|s| {
+                let listeners = &listeners;
+                s.spawn(move || {
+                    wait_for_connection(listeners, hour);
+                    let _ = tx.send(());
+                });
+                // Kept open until the wait has ended.
+                let _client: Box<dyn std::any::Any> = if unix_side {
+                    Box::new(UnixStream::connect(&path).unwrap())
+                } else {
+                    Box::new(TcpStream::connect(addr).unwrap())
+                };
+                rx.recv_timeout(std::time::Duration::from_secs(60))
+                    .expect("the wait did not end when a connection came");
+            });
+            // Take the connection, so the next round waits again.
+            let taken = match &listeners[usize::from(unix_side)] {
+                Listener::Tcp(l) => l.accept_conn().map(|_| ()),
+                Listener::Unix(l) => l.accept_conn().map(|_| ()),
+            };
+            taken.unwrap();
+        }
     }
 }
