@@ -59,6 +59,22 @@ fn bench_with(extra: &[&str], input: &Path, tmp: &Path, path: Option<OsString>) 
     cmd.output().unwrap()
 }
 
+/// Runs the bench once on a fresh input with `extra` arguments, asserts that it succeeded
+/// and left nothing in its TMPDIR, and returns its JSON report and stdout.
+fn report(extra: &[&str]) -> (serde_json::Value, String) {
+    let data = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = bench_with(extra, &input(data.path()), tmp.path(), None);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(left_in(tmp.path()), Vec::<PathBuf>::new());
+    let report = serde_json::from_str(&stdout).expect("one JSON object");
+    (report, stdout)
+}
+
 /// What is left in `dir`.
 fn left_in(dir: &Path) -> Vec<PathBuf> {
     std::fs::read_dir(dir)
@@ -73,15 +89,7 @@ fn bench_nbd_reports_every_server_and_leaves_no_folder() {
         eprintln!("SKIPPED: {why}");
         return;
     }
-    let data = tempfile::tempdir().unwrap();
-    let tmp = tempfile::tempdir().unwrap();
-    let out = bench(&input(data.path()), tmp.path(), None);
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    let report: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON object");
+    let (report, stdout) = report(&[]);
     let library = report["library_write_mb_s"].as_f64().unwrap_or(f64::NAN);
     assert!(
         library.is_finite() && library > 0.0,
@@ -95,7 +103,6 @@ fn bench_nbd_reports_every_server_and_leaves_no_folder() {
             assert!(v.is_finite() && v > 0.0, "{key}: {row}");
         }
     }
-    assert_eq!(left_in(tmp.path()), Vec::<PathBuf>::new());
 }
 
 #[test]
@@ -141,16 +148,7 @@ fn the_connections_curve_has_a_point_per_count() {
         eprintln!("SKIPPED: {why}");
         return;
     }
-    let data = tempfile::tempdir().unwrap();
-    let tmp = tempfile::tempdir().unwrap();
-    let input = input(data.path());
-    let out = bench_with(&["--connections", "1,2"], &input, tmp.path(), None);
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    let report: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON object");
+    let (report, stdout) = report(&["--connections", "1,2"]);
     let points = report["connections"]
         .as_array()
         .expect("a connections array");
@@ -170,9 +168,15 @@ fn the_connections_curve_has_a_point_per_count() {
             assert!(v.is_finite() && v > 0.0, "{key}: {p}");
         }
     }
-    assert_eq!(left_in(tmp.path()), Vec::<PathBuf>::new());
 
-    let out = bench_with(&["--connections", "0,1"], &input, tmp.path(), None);
+    let data = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let out = bench_with(
+        &["--connections", "0,1"],
+        &input(data.path()),
+        tmp.path(),
+        None,
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(

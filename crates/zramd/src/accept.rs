@@ -116,8 +116,8 @@ pub(crate) fn serve<H: Handler>(
         table.tick();
         threads.retain(|t| !t.is_finished());
         if !accepted {
-            // Not a sleep: a client opening connections one after another (nbdcopy -C N)
-            // waited up to this long for each of them.
+            // Waits for a connection rather than sleeping: a client opening connections one
+            // after another (nbdcopy -C N) would wait up to `POLL` for each.
             crate::listen::wait_for_connection(&listeners, POLL);
         }
     }

@@ -119,6 +119,11 @@ fn tail(text: &str) -> String {
 }
 
 impl Server {
+    /// The NBD URI of its socket.
+    fn uri(&self) -> String {
+        format!("nbd+unix:///?socket={}", self.socket.display())
+    }
+
     /// If the server has exited: which it was, its exit status and the tail of its stderr.
     fn exited(&mut self) -> Option<String> {
         let status = self.child.try_wait().ok()??;
@@ -200,7 +205,7 @@ fn run_tool(cmd: &mut Command, server: &mut Server) -> anyhow::Result<f64> {
 }
 
 fn measure(server: &mut Server, input: &Path, size: u64, bytes: u64) -> anyhow::Result<Row> {
-    let uri = format!("nbd+unix:///?socket={}", server.socket.display());
+    let uri = server.uri();
     let pid = server.child.id();
     let rss_start = rss_mib(pid)?;
     let write = run_tool(Command::new("nbdcopy").arg(input).arg(&uri), server)?;
@@ -399,6 +404,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     if args.repeat == 0 {
         bail!("--repeat must be at least 1");
     }
+    if args.connections.contains(&0) {
+        bail!("--connections takes counts of at least 1");
+    }
     let bytes = std::fs::metadata(&args.input)
         .with_context(|| format!("read {}", args.input.display()))?
         .len();
@@ -407,27 +415,23 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     }
     // A whole number of every unit size the servers use.
     let size = bytes.next_multiple_of(1 << 20);
-    // The library path's copy of the input, padded to the device's size; reading it also
-    // brings the file into the page cache, so that no server pays for that.
-    let mut data =
-        std::fs::read(&args.input).with_context(|| format!("read {}", args.input.display()))?;
-    data.resize(size as usize, 0);
     // Removed when dropped: on success, on error and when unwinding from a panic.
     let tmp = tempfile::Builder::new()
         .prefix("zramd-bench-nbd-")
         .tempdir()
         .context("create a temporary folder")?;
     let dir = tmp.path();
+    let read_err = || format!("read {}", args.input.display());
     if !args.connections.is_empty() {
-        drop(data);
-        return conns::run(
-            &args.input,
-            &args.connections,
-            args.repeat,
-            args.json,
-            (dir, size, bytes),
-        );
+        // Brings the file into the page cache, so that no server pays for that.
+        let mut file = std::fs::File::open(&args.input).with_context(read_err)?;
+        std::io::copy(&mut file, &mut std::io::sink()).with_context(read_err)?;
+        return conns::run(args, dir, size, bytes);
     }
+    // The library path's copy of the input, padded to the device's size; reading it also
+    // brings the file into the page cache.
+    let mut data = std::fs::read(&args.input).with_context(read_err)?;
+    data.resize(size as usize, 0);
     let mut runs: Vec<Vec<Row>> = vec![Vec::new(); SERVERS.len()];
     let mut library = Vec::new();
     let bar = crate::progress::bar("nbd", (args.repeat * (SERVERS.len() + 1)) as u64);

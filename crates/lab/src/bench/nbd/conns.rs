@@ -13,7 +13,7 @@ use std::process::Command;
 
 use serde::Serialize;
 
-use super::{NBDKIT_ZSTD, Server, median, run_tool, start_server};
+use super::{Args, NBDKIT_ZSTD, Server, median, run_tool, start_server};
 
 /// One connection count's medians.
 #[derive(Debug, Serialize)]
@@ -32,7 +32,7 @@ fn copy_in_and_out(
     bytes: u64,
     n: usize,
 ) -> anyhow::Result<(f64, f64)> {
-    let uri = format!("nbd+unix:///?socket={}", server.socket.display());
+    let uri = server.uri();
     let n = n.to_string();
     let nbdcopy = || {
         let mut c = Command::new("nbdcopy");
@@ -44,17 +44,10 @@ fn copy_in_and_out(
     Ok((bytes as f64 / 1e6 / write, bytes as f64 / 1e6 / read))
 }
 
-/// Runs the curve (see the module's comment); `size` is the disk's size, `bytes` the input's.
-pub(super) fn run(
-    input: &Path,
-    counts: &[usize],
-    repeat: usize,
-    json: bool,
-    (dir, size, bytes): (&Path, u64, u64),
-) -> anyhow::Result<()> {
-    if counts.contains(&0) {
-        anyhow::bail!("--connections takes counts of at least 1");
-    }
+/// Runs the curve (see the module's comment) with `dir` for the sockets; `size` is the
+/// disk's size, `bytes` the input's. `run` checked the counts.
+pub(super) fn run(args: &Args, dir: &Path, size: u64, bytes: u64) -> anyhow::Result<()> {
+    let (input, counts, repeat, json) = (&args.input, &args.connections, args.repeat, args.json);
     // Per count: every round's (zramd write, zramd read, nbdkit write, nbdkit read).
     let mut figures: Vec<Vec<[f64; 4]>> = vec![Vec::new(); counts.len()];
     let bar = crate::progress::bar("nbd connections", (repeat * counts.len() * 2) as u64);
