@@ -21,6 +21,10 @@ use std::sync::Arc;
 
 use crate::sync::Mutex;
 
+mod cache;
+
+use cache::{RunCache, SLOTS, Slots, take_run};
+
 /// Bytes in one page: the OS's page, of which runs are made.
 pub const PAGE_SIZE: usize = 4096;
 
@@ -81,12 +85,8 @@ struct SourceInner {
     bump: usize,
     /// Released runs (no memory behind them), coalesced.
     free: FreeRuns,
-    /// Resident free runs kept for immediate reuse, by length in pages.
-    cache: [Vec<usize>; MAX_RUN_PAGES + 1],
-    /// Pages in `cache`.
-    cached_pages: usize,
-    /// Pages currently held by live runs.
-    pages_live: usize,
+    /// Resident free runs kept for immediate reuse: the shared cache.
+    cache: RunCache,
     /// Pages given back to the OS so far.
     pages_released: u64,
 }
@@ -96,14 +96,19 @@ struct SourceInner {
 /// A freed run is given back to the OS at once (`MADV_DONTNEED`), except that up to
 /// `cache_limit` pages of freed runs stay resident for immediate reuse, as the kernel's
 /// per-cpu page lists do: this spares a syscall, a TLB shootdown and a refault per zspage in
-/// alloc/free churn. A run that finds the cache full goes back with half the cache (at most
-/// `MAX_BATCH` runs), in one call. Cached pages are reported ([`cached_pages`](Self::cached_pages)) and can
-/// be released at any time ([`trim`](Self::trim)).
+/// alloc/free churn. Half of that may be kept in small per-thread slots (`cache.rs`), which
+/// a thread tries before the shared cache, so that threads churning zspages do not all take
+/// one lock. A run that finds its slot and the shared cache full goes back with half the
+/// shared cache (at most `MAX_BATCH` runs), in one call. Cached pages are reported
+/// ([`cached_pages`](Self::cached_pages)) and can be released at any time
+/// ([`trim`](Self::trim)).
 #[derive(Debug)]
 pub struct PageSource {
     inner: Mutex<SourceInner>,
+    slots: Slots,
     populate: bool,
-    cache_limit: usize,
+    /// The shared cache's limit: `cache_limit` less what the slots may keep.
+    shared_limit: usize,
 }
 
 impl PageSource {
@@ -111,39 +116,48 @@ impl PageSource {
     /// `MADV_POPULATE_WRITE`), so the process holds exactly the pages the runs hold.
     /// `cache_limit` bounds the pages of freed runs kept resident for reuse.
     pub fn new(populate: bool, cache_limit: usize) -> Arc<Self> {
+        let slots = Slots::new(cache_limit);
         Arc::new(Self {
             inner: Mutex::new(SourceInner::default()),
+            shared_limit: cache_limit - slots.limit * SLOTS,
+            slots,
             populate,
-            cache_limit,
         })
     }
 
     /// A run of `pages` consecutive pages (1..=16); its contents are unspecified.
     pub fn alloc(self: &Arc<Self>, pages: usize) -> std::io::Result<PageRun> {
         debug_assert!((1..=MAX_RUN_PAGES).contains(&pages));
-        let mut resident = false;
-        let addr = {
-            let mut inner = self.inner.lock();
-            let addr = if let Some(addr) = take_run(&mut inner.cache, pages) {
-                inner.cached_pages -= pages;
-                resident = true;
-                addr
-            } else if let Some(addr) = inner.take_free(pages) {
-                addr
-            } else {
-                if inner.arenas.is_empty() || inner.bump + pages > ARENA_PAGES {
-                    let arena = Arena::map(ARENA_PAGES * PAGE_SIZE)?;
-                    inner.arenas.push(arena);
-                    inner.bump = 0;
+        // The slot's cache stays locked (its lock is the thread's own) while the shared
+        // source is asked: no one holding the source's lock takes a slot's.
+        let slot = self.slots.own();
+        let mut cache = slot.cache.lock();
+        let mut resident = true;
+        let addr = match cache.take(pages) {
+            Some(addr) => addr,
+            None => {
+                let mut inner = self.inner.lock();
+                if let Some(addr) = inner.cache.take(pages) {
+                    addr
+                } else if let Some(addr) = inner.take_free(pages) {
+                    resident = false;
+                    addr
+                } else {
+                    if inner.arenas.is_empty() || inner.bump + pages > ARENA_PAGES {
+                        let arena = Arena::map(ARENA_PAGES * PAGE_SIZE)?;
+                        inner.arenas.push(arena);
+                        inner.bump = 0;
+                    }
+                    resident = false;
+                    let base = inner.arenas.last().map_or(0, |a| a.base.as_ptr() as usize);
+                    let addr = base + inner.bump * PAGE_SIZE;
+                    inner.bump += pages;
+                    addr
                 }
-                let base = inner.arenas.last().map_or(0, |a| a.base.as_ptr() as usize);
-                let addr = base + inner.bump * PAGE_SIZE;
-                inner.bump += pages;
-                addr
-            };
-            inner.pages_live += pages;
-            addr
+            }
         };
+        drop(cache);
+        slot.took(pages);
         let ptr = NonNull::new(addr as *mut u8).ok_or_else(std::io::Error::last_os_error)?;
         if self.populate && !resident {
             populate(ptr, pages * PAGE_SIZE);
@@ -157,7 +171,7 @@ impl PageSource {
 
     /// Pages held by live runs right now.
     pub fn pages_live(&self) -> usize {
-        self.inner.lock().pages_live
+        self.slots.pages_live()
     }
 
     /// Address space reserved in arenas, in bytes (not memory: untouched or released pages
@@ -167,22 +181,19 @@ impl PageSource {
         self.inner.lock().arenas.iter().map(|a| a.len).sum()
     }
 
-    /// Pages of freed runs kept resident for reuse.
+    /// Pages of freed runs kept resident for reuse (in the slots and the shared cache).
     pub fn cached_pages(&self) -> usize {
-        self.inner.lock().cached_pages
+        let slots: usize = self.slots.iter().map(|s| s.cache.lock().pages).sum();
+        slots + self.inner.lock().cache.pages
     }
 
     /// Gives every cached run back to the OS; returns the pages released.
     pub fn trim(&self) -> usize {
-        let runs: Vec<(usize, usize)> = {
-            let mut inner = self.inner.lock();
-            inner.cached_pages = 0;
-            let mut runs = Vec::new();
-            for pages in 1..=MAX_RUN_PAGES {
-                runs.extend(inner.cache[pages].drain(..).map(|addr| (addr, pages)));
-            }
-            runs
-        };
+        let mut runs = Vec::new();
+        for slot in self.slots.iter() {
+            slot.cache.lock().drain_into(&mut runs);
+        }
+        self.inner.lock().cache.drain_into(&mut runs);
         dont_need_runs(&runs);
         let released = runs.iter().map(|&(_, pages)| pages).sum();
         let mut inner = self.inner.lock();
@@ -193,33 +204,31 @@ impl PageSource {
         released
     }
 
-    /// Takes a run back: into the cache while it has room; otherwise the run goes back to
-    /// the OS together with enough cached runs (at most [`MAX_BATCH`] in all) to bring the
-    /// cache down to half its limit, in one call where the kernel takes a vector of ranges.
-    /// Each call that drops pages the process has mapped flushes them from the TLB of every
-    /// CPU it runs on (an interrupt on each): releasing in batches costs one flush per
-    /// batch, not one per zspage.
+    /// Takes a run back: into the thread's slot while it has room, else into the shared
+    /// cache while that has room; otherwise the run goes back to the OS together with
+    /// enough of the shared cache's runs (at most [`MAX_BATCH`] in all) to bring it down to
+    /// half its limit, in one call where the kernel takes a vector of ranges. Each call that
+    /// drops pages the process has mapped flushes them from the TLB of every CPU it runs on
+    /// (an interrupt on each): releasing in batches costs one flush per batch, not one per
+    /// zspage.
     fn release(&self, ptr: NonNull<u8>, pages: usize) {
         let addr = ptr.as_ptr() as usize;
+        {
+            let slot = self.slots.own();
+            slot.gave(pages);
+            if slot.cache.lock().put(addr, pages, self.slots.limit) {
+                return;
+            }
+        }
         let batch = {
             let mut inner = self.inner.lock();
-            inner.pages_live -= pages;
-            if inner.cached_pages + pages <= self.cache_limit {
-                inner.cached_pages += pages;
-                inner.cache[pages].push(addr);
+            if inner.cache.put(addr, pages, self.shared_limit) {
                 return;
             }
             let mut batch = vec![(addr, pages)];
-            let keep = self.cache_limit / 2;
-            for len in (1..=MAX_RUN_PAGES).rev() {
-                while inner.cached_pages > keep && batch.len() < MAX_BATCH {
-                    let Some(a) = inner.cache[len].pop() else {
-                        break;
-                    };
-                    inner.cached_pages -= len;
-                    batch.push((a, len));
-                }
-            }
+            inner
+                .cache
+                .shed(self.shared_limit / 2, &mut batch, MAX_BATCH);
             batch
         };
         dont_need_runs(&batch);
@@ -231,18 +240,15 @@ impl PageSource {
     }
 
     /// Bytes of bookkeeping the source holds: its lists of free and cached runs and of
-    /// arenas (not the arenas' memory).
+    /// arenas (not the arenas' memory), and its slots.
     pub fn metadata_bytes(&self) -> usize {
+        let slots: usize = self.slots.iter().map(|s| s.cache.lock().capacity()).sum();
         let inner = self.inner.lock();
-        let listed: usize = inner
-            .free
-            .lists
-            .iter()
-            .chain(&inner.cache)
-            .map(Vec::capacity)
-            .sum();
-        listed * std::mem::size_of::<usize>()
+        let listed: usize =
+            inner.free.lists.iter().map(Vec::capacity).sum::<usize>() + inner.cache.capacity();
+        (listed + slots) * std::mem::size_of::<usize>()
             + inner.arenas.capacity() * std::mem::size_of::<Arena>()
+            + SLOTS * std::mem::size_of::<crossbeam_utils::CachePadded<cache::Slot>>()
     }
 
     /// Pages given back to the OS so far (released runs and trimmed cache).
@@ -412,18 +418,6 @@ unsafe fn dont_need_vectored(ranges: &[(usize, usize)]) -> bool {
     // SAFETY: `pidfd` was opened above and is not used after this.
     unsafe { libc::close(pidfd) };
     usize::try_from(n).ok() == Some(total)
-}
-
-/// Takes a run of `pages` from per-length lists: an exact fit, else the front of the
-/// shortest longer run, whose tail stays listed.
-fn take_run(lists: &mut [Vec<usize>; MAX_RUN_PAGES + 1], pages: usize) -> Option<usize> {
-    if let Some(addr) = lists[pages].pop() {
-        return Some(addr);
-    }
-    let len = (pages + 1..=MAX_RUN_PAGES).find(|&len| !lists[len].is_empty())?;
-    let addr = lists[len].pop()?;
-    lists[len - pages].push(addr + pages * PAGE_SIZE);
-    Some(addr)
 }
 
 /// Faults a range in for writing, so its pages are resident right away.

@@ -109,3 +109,59 @@ fn released_neighbours_merge_and_serve_longer_runs() {
     assert_eq!(src.reserved_bytes(), reserved, "no new arena");
     assert_eq!(src.pages_live(), 24);
 }
+
+#[test]
+fn a_thread_keeps_freed_runs_in_its_slot_first_and_the_limit_holds_in_all() {
+    // 1024 pages: each of the 16 slots keeps 32, the shared cache 512.
+    let src = PageSource::new(true, 1024);
+    assert_eq!((src.slots.limit, src.shared_limit), (32, 512));
+    let runs: Vec<PageRun> = (0..300).map(|_| src.alloc(4).unwrap()).collect();
+    let eighth = runs[7].bytes().as_ptr() as usize;
+    drop(runs);
+    // 8 runs (32 pages) in this thread's slot, 128 (512) shared; from the 137th release on,
+    // each that found both full went back with part of the shared cache.
+    assert_eq!(src.slots.own().cache.lock().pages, 32);
+    let shared = src.inner.lock().cache.pages;
+    assert!((256..=512).contains(&shared), "{shared} pages shared");
+    let released = src.pages_released();
+    assert!(released > 0, "what passes the limit goes back to the OS");
+    assert_eq!(src.cached_pages() as u64 + released, 300 * 4);
+    assert!(src.cached_pages() <= 1024);
+    // A run is taken from the slot before the shared cache: the last one this thread freed
+    // into it (runs are freed in order: the first 8 went to the slot).
+    let again = src.alloc(4).unwrap();
+    assert_eq!(src.slots.own().cache.lock().pages, 28);
+    assert_eq!(src.inner.lock().cache.pages, shared);
+    assert_eq!(again.bytes().as_ptr() as usize, eighth);
+    drop(again);
+    assert_eq!(src.slots.own().cache.lock().pages, 32);
+    assert_eq!(src.trim(), 32 + shared);
+    assert_eq!(src.cached_pages(), 0);
+    assert_eq!(src.pages_live(), 0);
+}
+
+#[test]
+fn runs_freed_by_other_threads_are_counted_once() {
+    let src = PageSource::new(true, 1024);
+    let runs: Vec<PageRun> = (0..64).map(|_| src.alloc(3).unwrap()).collect();
+    assert_eq!(src.pages_live(), 192);
+    // Freed by other threads (into their slots, or the shared cache), half each.
+    std::thread::scope(|s| {
+        let mut runs = runs.into_iter();
+        let half: Vec<PageRun> = runs.by_ref().take(32).collect();
+        let rest: Vec<PageRun> = runs.collect();
+        s.spawn(move || drop(half));
+        s.spawn(move || drop(rest));
+    });
+    assert_eq!(src.pages_live(), 0);
+    assert_eq!(
+        src.cached_pages(),
+        192,
+        "all of it fits the slots and shared cache"
+    );
+    // This thread's slot is empty: it takes from the shared cache, and the runs stay live.
+    let back: Vec<PageRun> = (0..4).map(|_| src.alloc(3).unwrap()).collect();
+    assert_eq!(src.pages_live(), 12);
+    drop(back);
+    assert_eq!(src.pages_live(), 0);
+}
