@@ -63,7 +63,7 @@ run)
   bench pool 120 bench pool --threads 1,2,4,8,16 --repeat 3
   if command -v nbdkit >/dev/null && command -v nbdcopy >/dev/null && command -v qemu-img >/dev/null; then
     bench nbd 150 bench nbd --input "$work/input.tar" --repeat 1
-    bench nbd_connections 120 bench nbd --input "$work/input.tar" --repeat 1 --connections 1,2,4,8,16
+    bench nbd_connections 120 bench nbd --input "$work/input.tar" --repeat 1 --connections 1,2,4,8,16 --fio-seconds 2
   else
     echo "nbd: SKIPPED (nbdkit, nbdcopy or qemu-img is not installed)" | tee "$out/nbd.txt" "$out/nbd_connections.txt"
   fi

@@ -3,8 +3,9 @@
 //! client tool that fails (a stand-in `nbdcopy`
 //! found first on PATH, exiting 3) is named in the error with its exit status and stderr, the
 //! bench exits non-zero, and the folder is gone too. With `--connections 1,2`, the curve
-//! has a point per count with four finite speeds; a count of 0 is refused. Structure only:
-//! no speed is asserted.
+//! has a point per count with four finite speeds and, where fio has its nbd engine, two
+//! finite read rates; a count of 0 and a fio run of 0 s are refused. Structure only: no
+//! speed is asserted.
 
 use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt as _;
@@ -148,7 +149,7 @@ fn the_connections_curve_has_a_point_per_count() {
         eprintln!("SKIPPED: {why}");
         return;
     }
-    let (report, stdout) = report(&["--connections", "1,2"]);
+    let (report, stdout) = report(&["--connections", "1,2", "--fio-seconds", "1"]);
     let points = report["connections"]
         .as_array()
         .expect("a connections array");
@@ -167,21 +168,34 @@ fn the_connections_curve_has_a_point_per_count() {
             let v = p[key].as_f64().unwrap_or(f64::NAN);
             assert!(v.is_finite() && v > 0.0, "{key}: {p}");
         }
+        for key in ["zramd_fio_read_iops", "nbdkit_fio_read_iops"] {
+            if lab::bench::fio_has_nbd() {
+                let v = p[key].as_f64().unwrap_or(f64::NAN);
+                assert!(v.is_finite() && v > 0.0, "{key}: {p}");
+            } else {
+                assert!(p[key].is_null(), "{key} without fio: {p}");
+            }
+        }
+    }
+    if !lab::bench::fio_has_nbd() {
+        eprintln!("SKIPPED: the curve's fio figures (fio or its nbd engine is missing)");
     }
 
     let data = tempfile::tempdir().unwrap();
     let tmp = tempfile::tempdir().unwrap();
-    let out = bench_with(
-        &["--connections", "0,1"],
-        &input(data.path()),
-        tmp.path(),
-        None,
-    );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains("--connections takes counts of at least 1"),
-        "{stderr}"
-    );
+    for (extra, error) in [
+        (
+            ["--connections", "0,1"],
+            "--connections takes counts of at least 1",
+        ),
+        (["--fio-seconds", "0"], "--fio-seconds must be at least 1"),
+    ] {
+        let mut args = vec!["--connections", "1"];
+        args.extend(extra);
+        let out = bench_with(&args, &input(data.path()), tmp.path(), None);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains(error), "{stderr}");
+    }
     assert_eq!(left_in(tmp.path()), Vec::<PathBuf>::new());
 }

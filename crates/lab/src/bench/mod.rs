@@ -10,6 +10,8 @@ pub mod pool;
 pub mod swap_ra;
 pub mod untar;
 
+pub use nbd::fio_has_nbd;
+
 #[derive(Debug, clap::Args)]
 #[command(args_conflicts_with_subcommands = true)]
 #[group(skip)]

@@ -22,7 +22,8 @@
 //! stderr, and the bench exits non-zero.
 //!
 //! With `--connections 1,2,4,8`, the bench instead measures zramd lz4 and nbdkit's zstd
-//! allocator with `nbdcopy -C N` at each count and prints the curve (`conns.rs`).
+//! allocator with `nbdcopy -C N` and fio's 4 KiB random reads with N jobs at each count and
+//! prints the curve (`conns.rs`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -48,6 +49,10 @@ pub struct Args {
     /// count (see `conns.rs`).
     #[arg(long, value_delimiter = ',')]
     connections: Vec<usize>,
+    /// Seconds of each fio run in the connections curve (4 KiB random reads, one job and
+    /// connection per count; skipped where fio has no nbd engine).
+    #[arg(long, default_value_t = 3)]
+    fio_seconds: u64,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -178,14 +183,32 @@ fn wait_for(server: &mut Server) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Whether fio is installed with its nbd engine (the connections curve's fio figures need
+/// it).
+pub fn fio_has_nbd() -> bool {
+    Command::new("fio")
+        .arg("--enghelp")
+        .output()
+        .is_ok_and(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .any(|l| l.trim() == "nbd")
+        })
+}
+
 /// Runs client tool `cmd` against `server`, returning the seconds it took. When it fails, the
 /// error names the tool, its exit status and the tail of its stderr, and the server's too if
 /// the server has exited.
 fn run_tool(cmd: &mut Command, server: &mut Server) -> anyhow::Result<f64> {
+    run_peer(cmd, server).map(|(secs, _)| secs)
+}
+
+/// As [`run_tool`], also returning what the tool printed on stdout.
+fn run_peer(cmd: &mut Command, server: &mut Server) -> anyhow::Result<(f64, Vec<u8>)> {
     let start = Instant::now();
     let program = cmd.get_program().to_string_lossy().into_owned();
     let out = cmd
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .output()
         .with_context(|| format!("run {program}"))?;
     if !out.status.success() {
@@ -201,7 +224,7 @@ fn run_tool(cmd: &mut Command, server: &mut Server) -> anyhow::Result<f64> {
         }
         bail!("{msg}");
     }
-    Ok(start.elapsed().as_secs_f64())
+    Ok((start.elapsed().as_secs_f64(), out.stdout))
 }
 
 fn measure(server: &mut Server, input: &Path, size: u64, bytes: u64) -> anyhow::Result<Row> {
@@ -406,6 +429,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     }
     if args.connections.contains(&0) {
         bail!("--connections takes counts of at least 1");
+    }
+    if args.fio_seconds == 0 {
+        bail!("--fio-seconds must be at least 1");
     }
     let bytes = std::fs::metadata(&args.input)
         .with_context(|| format!("read {}", args.input.display()))?
