@@ -505,8 +505,10 @@ fn memory_limit_gives_enospc() {
     let mut c = server.connect();
     c.greet();
     c.go("zram0", false);
-    // Incompressible data well past the limit.
+    // Incompressible data well past the limit: a large write (handed to the workers) and a
+    // small one (stored by the connection's reader itself).
     assert_eq!(write(&mut c, 1, 0, &pattern(1 << 20, 1)), ENOSPC);
+    assert_eq!(write(&mut c, 3, 3 << 20, &pattern(4096, 2)), ENOSPC);
     // Zero pages cost no memory and still succeed.
     assert_eq!(write(&mut c, 2, 2 << 20, &[0u8; 8192]), 0);
     drop(c);

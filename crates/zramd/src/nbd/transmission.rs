@@ -1,9 +1,9 @@
 //! The transmission phase: requests in, replies out.
 //!
 //! The connection's thread reads request headers (and write payloads) and judges them with
-//! [`check_request`]; refused requests are answered at once, and so are reads of at most
-//! [`INLINE_READ`] bytes, which the reader runs itself; the rest go through a bounded queue
-//! to [`workers()`] worker threads, which run them on the device. Each reply is written
+//! [`check_request`]; refused requests are answered at once, and reads and writes of at most
+//! [`INLINE`] bytes are run by the reader itself; the rest go through a bounded queue to
+//! [`workers()`] worker threads, which run them on the device. Each reply is written
 //! whole under the writer lock, so replies of different requests never interleave and may
 //! come back in any order (as the protocol allows). Two byte budgets bound the read and
 //! write buffers in flight, the connection's and the server's: a request waits until its
@@ -73,11 +73,13 @@ const QUEUE: usize = 8;
 /// buffers (with room for a read reply's header). A multiple of every unit size.
 pub const PIECE: usize = 256 * 1024;
 
-/// Reads of at most this many bytes are run by the connection's reader itself, not handed
-/// to a worker: handing one on wakes a worker and puts it back to sleep (two thread switches)
-/// for a few microseconds of decompression, and under small random reads (fio, 4 KiB, 16 in
-/// flight) those switches took most of the server's time.
-pub const INLINE_READ: u32 = 16 * 1024;
+/// Reads and writes of at most this many bytes are run by the connection's reader itself,
+/// not handed to a worker: handing one on wakes a worker and puts it back to sleep (two
+/// thread switches) for a few microseconds of (de)compression, and under small random
+/// requests (fio, 4 KiB, 16 in flight) those switches took most of the server's time, more
+/// so the more connections (each with its own workers). Larger requests still go to the
+/// workers, so that one connection's reads and writes are (de)compressed on every CPU.
+pub const INLINE: u32 = 16 * 1024;
 
 /// Spare buffers kept for all connections: a few per worker, whatever the number of
 /// connections (2 MiB with two workers, 4 MiB with four). A steady stream of requests needs
@@ -283,8 +285,8 @@ fn read_loop<C: Conn>(
             }
             continue;
         }
-        if req.kind == CMD_READ && req.length <= INLINE_READ {
-            // Cheaper here than handed on: see INLINE_READ.
+        if req.kind == CMD_READ && req.length <= INLINE {
+            // Cheaper here than handed on: see INLINE.
             execute(shared, &req, start);
             shared.done(cost);
             continue;
@@ -298,9 +300,9 @@ fn read_loop<C: Conn>(
     }
 }
 
-/// Reads a write's payload in pieces, then hands them all to the workers; `Ok(false)` when
-/// the connection ended on the way (nothing of the write is stored then) or the workers are
-/// gone.
+/// Reads a write's payload in pieces, then hands them all to the workers (or, for a write of
+/// at most [`INLINE`] bytes, stores them itself); `Ok(false)` when the connection ended on
+/// the way (nothing of the write is stored then) or the workers are gone.
 fn read_write<C: Conn>(
     reader: &mut impl Read,
     shared: &Shared<'_, C>,
@@ -339,6 +341,13 @@ fn read_write<C: Conn>(
         abandoned: AtomicBool::new(false),
     });
     let mut pieces = pieces.into_iter();
+    if write.req.length <= INLINE {
+        for (offset, buf, len) in pieces {
+            store_piece(shared, &write, offset, buf, len);
+        }
+        piece_done(shared, &write);
+        return Ok(true);
+    }
     for (offset, buf, len) in pieces.by_ref() {
         let job = Job::Piece {
             write: Arc::clone(&write),
@@ -381,6 +390,22 @@ fn piece_done<C: Conn>(shared: &Shared<'_, C>, write: &Write) {
     shared.done(write.cost);
 }
 
+/// Stores one piece of `write` (its first failure is kept for the reply) and gives its
+/// buffer back.
+fn store_piece<C: Conn>(
+    shared: &Shared<'_, C>,
+    write: &Write,
+    offset: u64,
+    buf: Box<[u8]>,
+    len: usize,
+) {
+    if let Err(e) = shared.dev.write(offset, &buf[..len]) {
+        write.failed.lock().get_or_insert(e);
+    }
+    shared.pool.put(buf);
+    piece_done(shared, write);
+}
+
 fn worker<C: Conn>(shared: &Shared<'_, C>, rx: &Mutex<Receiver<Job>>) {
     loop {
         let job = {
@@ -398,13 +423,7 @@ fn worker<C: Conn>(shared: &Shared<'_, C>, rx: &Mutex<Receiver<Job>>) {
                 offset,
                 buf,
                 len,
-            }) => {
-                if let Err(e) = shared.dev.write(offset, &buf[..len]) {
-                    write.failed.lock().get_or_insert(e);
-                }
-                shared.pool.put(buf);
-                piece_done(shared, &write);
-            }
+            }) => store_piece(shared, &write, offset, buf, len),
         }
     }
 }
