@@ -84,6 +84,16 @@ pub(crate) struct Activity {
     receiving: AtomicU64,
     /// Since when a reply has been going out.
     sending: AtomicU64,
+    /// The table's count of connections with a request in flight.
+    busy: Arc<AtomicUsize>,
+}
+
+impl Drop for Activity {
+    fn drop(&mut self) {
+        if *self.in_flight.get_mut() > 0 {
+            self.busy.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
 }
 
 impl Activity {
@@ -107,13 +117,23 @@ impl Activity {
 
     /// A request was read; it is in flight until [`Activity::end`].
     pub fn begin(&self) {
-        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        if self.in_flight.fetch_add(1, Ordering::AcqRel) == 0 {
+            self.busy.fetch_add(1, Ordering::AcqRel);
+        }
     }
 
     /// A request was answered.
     pub fn end(&self) {
         self.last.store(self.now(), Ordering::Relaxed);
-        self.in_flight.fetch_sub(1, Ordering::AcqRel);
+        if self.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.busy.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Connections of the table with a request in flight (this one among them when it
+    /// has one).
+    pub fn busy_connections(&self) -> usize {
+        self.busy.load(Ordering::Relaxed)
     }
 
     /// A request starts (`true`) or finishes (`false`) arriving.
@@ -194,6 +214,8 @@ pub(crate) struct Table {
     accepted: AtomicU64,
     /// Connection threads not yet ended (closing ones too).
     live: AtomicUsize,
+    /// Connections with a request in flight.
+    busy: Arc<AtomicUsize>,
     tally: Tally,
 }
 
@@ -221,6 +243,7 @@ impl Table {
             next_id: AtomicU64::new(0),
             accepted: AtomicU64::new(0),
             live: AtomicUsize::new(0),
+            busy: Arc::default(),
         })
     }
 
@@ -320,6 +343,7 @@ impl Table {
             in_flight: AtomicU64::new(0),
             receiving: AtomicU64::new(0),
             sending: AtomicU64::new(0),
+            busy: Arc::clone(&self.busy),
         });
         entries.insert(
             id,
@@ -433,5 +457,33 @@ impl Drop for Slot {
     fn drop(&mut self) {
         self.table.entries.lock().remove(&self.id);
         self.table.live.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connections_with_requests_in_flight_are_counted_once_each() {
+        let table = Table::new(Rules::endpoint("test", 8));
+        let (a, _a) = std::os::unix::net::UnixStream::pair().unwrap();
+        let (b, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let a = table.admit(&a, "a".into()).unwrap();
+        let b = table.admit(&b, "b".into()).unwrap();
+        let busy = || a.activity.busy_connections();
+        assert_eq!(busy(), 0);
+        a.activity.begin();
+        a.activity.begin();
+        assert_eq!(busy(), 1, "two requests of one connection");
+        b.activity.begin();
+        assert_eq!(busy(), 2);
+        a.activity.end();
+        assert_eq!(busy(), 2, "a still has one in flight");
+        a.activity.end();
+        assert_eq!(busy(), 1);
+        // A connection that ends with requests in flight is not counted afterwards.
+        drop(b);
+        assert_eq!(busy(), 0);
     }
 }
