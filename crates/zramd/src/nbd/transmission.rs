@@ -310,9 +310,9 @@ fn read_loop<C: Conn>(
     }
 }
 
-/// Reads a write's payload in pieces, then hands them all to the workers (or, for a write of
-/// at most [`INLINE`] bytes, stores them itself); `Ok(false)` when the connection ended on
-/// the way (nothing of the write is stored then) or the workers are gone.
+/// Reads a write's payload in pieces, then hands them all to the workers (or stores them
+/// itself, for a write small enough: `Shared::inline`); `Ok(false)` when the connection
+/// ended on the way (nothing of the write is stored then) or the workers are gone.
 fn read_write<C: Conn>(
     reader: &mut impl Read,
     shared: &Shared<'_, C>,
