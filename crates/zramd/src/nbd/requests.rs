@@ -51,16 +51,6 @@ pub(super) struct Shared<'a, C> {
 }
 
 impl<C: Conn> Shared<'_, C> {
-    /// Whether a read or write of `len` bytes is run by the reader itself: when it is small
-    /// ([`INLINE`](super::transmission::INLINE)), or at most
-    /// [`BUSY_INLINE`](super::transmission::BUSY_INLINE) while as many connections as there
-    /// are CPUs have requests in flight (the connections keep the CPUs busy then, and a
-    /// worker would add only thread switches).
-    pub(super) fn inline(&self, len: u32) -> bool {
-        use super::transmission::{BUSY_INLINE, INLINE};
-        len <= INLINE || (len <= BUSY_INLINE && self.activity.busy_connections() >= self.cpus)
-    }
-
     /// Takes a request's bytes from both budgets, the connection's first.
     pub(super) fn take(&self, cost: u64) {
         self.budget.take(cost);

@@ -295,7 +295,7 @@ fn read_loop<C: Conn>(
             }
             continue;
         }
-        if req.kind == CMD_READ && shared.inline(req.length) {
+        if req.kind == CMD_READ && inline(shared, req.length) {
             // Cheaper here than handed on: see INLINE.
             execute(shared, &req, start);
             shared.done(cost);
@@ -311,7 +311,7 @@ fn read_loop<C: Conn>(
 }
 
 /// Reads a write's payload in pieces, then hands them all to the workers (or stores them
-/// itself, for a write small enough: `Shared::inline`); `Ok(false)` when the connection
+/// itself, for a write small enough: [`inline`]); `Ok(false)` when the connection
 /// ended on the way (nothing of the write is stored then) or the workers are gone.
 fn read_write<C: Conn>(
     reader: &mut impl Read,
@@ -351,7 +351,7 @@ fn read_write<C: Conn>(
         abandoned: AtomicBool::new(false),
     });
     let mut pieces = pieces.into_iter();
-    if shared.inline(write.req.length) {
+    if inline(shared, write.req.length) {
         for (offset, buf, len) in pieces {
             store_piece(shared, &write, offset, buf, len);
         }
@@ -398,6 +398,14 @@ fn piece_done<C: Conn>(shared: &Shared<'_, C>, write: &Write) {
         answer(shared, req, write.start, result.map_err(fail));
     }
     shared.done(write.cost);
+}
+
+/// Whether a read or write of `len` bytes is run by the reader itself: when it is small
+/// ([`INLINE`]), or at most [`BUSY_INLINE`] while as many connections as there are CPUs have
+/// requests in flight (the connections keep the CPUs busy then, and a worker would add only
+/// thread switches).
+fn inline<C: Conn>(shared: &Shared<'_, C>, len: u32) -> bool {
+    len <= INLINE || (len <= BUSY_INLINE && shared.activity.busy_connections() >= shared.cpus)
 }
 
 /// Stores one piece of `write` (its first failure is kept for the reply) and gives its
