@@ -159,7 +159,8 @@ fn runs_freed_by_other_threads_are_counted_once() {
         192,
         "all of it fits the slots and shared cache"
     );
-    // This thread's slot is empty: it takes from the shared cache, and the runs stay live.
+    // Taken back by this thread (from its slot if another thread's landed there, else from
+    // the shared cache): the runs are live again.
     let back: Vec<PageRun> = (0..4).map(|_| src.alloc(3).unwrap()).collect();
     assert_eq!(src.pages_live(), 12);
     drop(back);

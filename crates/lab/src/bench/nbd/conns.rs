@@ -53,13 +53,24 @@ fn fio_read_iops(server: &mut Server, bytes: u64, n: usize, secs: u64) -> anyhow
     ]);
     let (_, stdout) = run_peer(&mut fio, server)?;
     let text = String::from_utf8_lossy(&stdout);
-    // Anything fio says before its report (a warning) is not JSON.
-    let report = text.find('{').map_or("", |at| &text[at..]);
+    read_iops(&text).with_context(|| format!("fio against {:?}", server.name))
+}
+
+/// The reads a second in fio's JSON report `text` (with `--group_reporting`: one job),
+/// which may follow lines of warnings; an error unless it is a positive finite number.
+fn read_iops(text: &str) -> anyhow::Result<f64> {
+    // The report is the first line that opens a JSON object; warnings come before it.
+    let at = if text.starts_with('{') {
+        Some(0)
+    } else {
+        text.find("\n{").map(|at| at + 1)
+    };
+    let report = at.map_or("", |at| &text[at..]);
     let v: serde_json::Value =
         serde_json::from_str(report).with_context(|| format!("fio's report: {text}"))?;
     let iops = v["jobs"][0]["read"]["iops"].as_f64().unwrap_or(0.0);
     if !(iops.is_finite() && iops > 0.0) {
-        bail!("fio reported no reads against {:?}: {text}", server.name);
+        bail!("fio reported no reads: {text}");
     }
     Ok(iops)
 }
@@ -183,4 +194,27 @@ pub(super) fn run(args: &Args, dir: &Path, size: u64, bytes: u64) -> anyhow::Res
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::read_iops;
+
+    #[test]
+    fn fio_reports_are_read_past_warnings_and_refused_without_reads() {
+        let report = r#"{"fio version": "fio-3.33", "jobs": [{"jobname": "randread", "read": {"iops": 123456.5}}]}"#;
+        assert_eq!(read_iops(report).unwrap(), 123456.5);
+        let warned = format!("fio: a warning with {{braces}}\nnote: more\n{report}\n");
+        assert_eq!(read_iops(&warned).unwrap(), 123456.5);
+        for bad in [
+            "",
+            "fio: no report",
+            r#"{"jobs": []}"#,
+            r#"{"jobs": [{"read": {"iops": 0}}]}"#,
+            r#"{"jobs": [{"read": {"iops": "many"}}]}"#,
+            "{ truncated",
+        ] {
+            assert!(read_iops(bad).is_err(), "{bad:?}");
+        }
+    }
 }
