@@ -46,8 +46,6 @@ pub(super) struct Shared<'a, C> {
     pub(super) broken: AtomicBool,
     /// Spare buffers for write pieces and read replies.
     pub(super) pool: &'a BufPool,
-    /// The CPUs this process may run on.
-    pub(super) cpus: usize,
 }
 
 impl<C: Conn> Shared<'_, C> {

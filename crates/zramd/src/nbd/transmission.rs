@@ -61,9 +61,14 @@ pub const MAX_WORKERS: usize = 4;
 /// compression, so more threads than CPUs only switch more (on two CPUs, four workers per
 /// connection wrote 10-15% slower than two under nbdcopy's four connections).
 pub fn workers() -> usize {
-    std::thread::available_parallelism()
-        .map_or(1, usize::from)
-        .clamp(1, MAX_WORKERS)
+    cpus().clamp(1, MAX_WORKERS)
+}
+
+/// The CPUs this process may run on, asked once (the answer reads the process's CPU
+/// affinity and cgroup limits).
+fn cpus() -> usize {
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from))
 }
 /// Requests queued for the workers before the reader waits. Enough to keep the workers
 /// busy; more only holds more write payloads at once, and the malloc arena of the reading
@@ -165,7 +170,6 @@ pub(crate) fn serve<C: Conn>(
         activity: &slot.activity,
         broken: AtomicBool::new(false),
         pool,
-        cpus: std::thread::available_parallelism().map_or(1, usize::from),
     };
     let mut reader = BufReader::with_capacity(64 * 1024, conn.duplicate()?);
     let (tx, rx) = sync_channel::<Job>(QUEUE);
@@ -310,8 +314,8 @@ fn read_loop<C: Conn>(
     }
 }
 
-/// Reads a write's payload in pieces, then hands them all to the workers (or stores them
-/// itself, for a write small enough: [`inline`]); `Ok(false)` when the connection
+/// Reads a write's payload in pieces, then hands them all to the workers (or stores and
+/// answers it itself, for a write small enough: [`inline`]); `Ok(false)` when the connection
 /// ended on the way (nothing of the write is stored then) or the workers are gone.
 fn read_write<C: Conn>(
     reader: &mut impl Read,
@@ -342,6 +346,18 @@ fn read_write<C: Conn>(
         offset += len as u64;
     }
     shared.activity.receiving(false);
+    if inline(shared, req.length) {
+        // Stored here, every piece (the first failure answers), with no shared state.
+        let mut result = Ok(());
+        for (offset, buf, len) in pieces {
+            let stored = shared.dev.write(offset, &buf[..len]);
+            shared.pool.put(buf);
+            result = result.and(stored);
+        }
+        answer_write(shared, &req, start, result);
+        shared.done(cost);
+        return Ok(true);
+    }
     let write = Arc::new(Write {
         req,
         start,
@@ -351,13 +367,6 @@ fn read_write<C: Conn>(
         abandoned: AtomicBool::new(false),
     });
     let mut pieces = pieces.into_iter();
-    if inline(shared, write.req.length) {
-        for (offset, buf, len) in pieces {
-            store_piece(shared, &write, offset, buf, len);
-        }
-        piece_done(shared, &write);
-        return Ok(true);
-    }
     for (offset, buf, len) in pieces.by_ref() {
         let job = Job::Piece {
             write: Arc::clone(&write),
@@ -390,14 +399,24 @@ fn piece_done<C: Conn>(shared: &Shared<'_, C>, write: &Write) {
         return;
     }
     if !write.abandoned.load(Ordering::Relaxed) {
-        let req = &write.req;
-        let mut result = write.failed.lock().take().map_or(Ok(()), Err);
-        if result.is_ok() && req.flags & CMD_FLAG_FUA != 0 {
-            result = shared.dev.flush();
-        }
-        answer(shared, req, write.start, result.map_err(fail));
+        let result = write.failed.lock().take().map_or(Ok(()), Err);
+        answer_write(shared, &write.req, write.start, result);
     }
     shared.done(write.cost);
+}
+
+/// Answers a write whose pieces are all stored (`result`: the first failure), flushing
+/// first when the client asked for FUA.
+fn answer_write<C: Conn>(
+    shared: &Shared<'_, C>,
+    req: &Request,
+    start: Instant,
+    mut result: zram::Result<()>,
+) {
+    if result.is_ok() && req.flags & CMD_FLAG_FUA != 0 {
+        result = shared.dev.flush();
+    }
+    answer(shared, req, start, result.map_err(fail));
 }
 
 /// Whether a read or write of `len` bytes is run by the reader itself: when it is small
@@ -405,23 +424,7 @@ fn piece_done<C: Conn>(shared: &Shared<'_, C>, write: &Write) {
 /// requests in flight (the connections keep the CPUs busy then, and a worker would add only
 /// thread switches).
 fn inline<C: Conn>(shared: &Shared<'_, C>, len: u32) -> bool {
-    len <= INLINE || (len <= BUSY_INLINE && shared.activity.busy_connections() >= shared.cpus)
-}
-
-/// Stores one piece of `write` (its first failure is kept for the reply) and gives its
-/// buffer back.
-fn store_piece<C: Conn>(
-    shared: &Shared<'_, C>,
-    write: &Write,
-    offset: u64,
-    buf: Box<[u8]>,
-    len: usize,
-) {
-    if let Err(e) = shared.dev.write(offset, &buf[..len]) {
-        write.failed.lock().get_or_insert(e);
-    }
-    shared.pool.put(buf);
-    piece_done(shared, write);
+    len <= INLINE || (len <= BUSY_INLINE && shared.activity.busy_connections() >= cpus())
 }
 
 fn worker<C: Conn>(shared: &Shared<'_, C>, rx: &Mutex<Receiver<Job>>) {
@@ -441,7 +444,13 @@ fn worker<C: Conn>(shared: &Shared<'_, C>, rx: &Mutex<Receiver<Job>>) {
                 offset,
                 buf,
                 len,
-            }) => store_piece(shared, &write, offset, buf, len),
+            }) => {
+                if let Err(e) = shared.dev.write(offset, &buf[..len]) {
+                    write.failed.lock().get_or_insert(e);
+                }
+                shared.pool.put(buf);
+                piece_done(shared, &write);
+            }
         }
     }
 }
