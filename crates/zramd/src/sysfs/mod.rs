@@ -22,12 +22,14 @@
 //!   dedup_bytes shared_objects index_bytes`).
 
 mod dict;
+mod exercise;
 mod fold;
 mod params;
 mod parse;
 mod post;
 
 pub use dict::{MAX_DICT_BYTES, read_dictionary};
+pub use exercise::exercise_attributes;
 pub use fold::format_fold_stat;
 pub use parse::{kstrtoull, memparse};
 
