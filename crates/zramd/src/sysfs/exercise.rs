@@ -51,8 +51,9 @@ enum Held {
 }
 
 /// Runs the steps in `data` on a fresh device, with `backing` as the only file a
-/// `backing_dev` write may name, and says what they reached. Panics when a read differs from what was written, an
-/// error carries no errno, or a readable attribute fails to read.
+/// `backing_dev` write may name, and says what they reached. Panics when a read differs
+/// from what was written, an error carries no errno, or a readable attribute fails to
+/// read.
 pub fn exercise_attributes(data: &[u8], backing: &Path) -> Exercised {
     let dev = Device::new("zram0", ZramConfig::default());
     let mut seen = Exercised::default();
