@@ -4,10 +4,10 @@
 //!
 //! The input is read as a list of steps: writes of any writable attribute with any bytes,
 //! and writes, reads and discards of the device's first pages. A model of those pages (the
-//! byte each was filled with) says what every read must return, so any sequence of
-//! settings, passes and triggers (`idle`, `writeback`, `recompress`, `compact`, `fold`,
-//! `policy run`, a memory limit) that loses or changes data is caught, besides any panic.
-//! After each step every readable attribute must read, line-terminated.
+//! byte each one's contents were made from) says what every read must return, so any
+//! sequence of settings, passes and triggers (`idle`, `writeback`, `recompress`, `compact`,
+//! `fold`, `policy run`, a memory limit) that loses or changes data is caught, besides any
+//! panic. After each step every readable attribute must read, line-terminated.
 //!
 //! Paths are not taken from the input: a `backing_dev` path becomes the caller's scratch
 //! file, and an `algorithm_params` write naming a dictionary file is left out (reading
@@ -26,7 +26,7 @@ const PAGE: usize = 4096;
 /// Pages the steps' I/O touches: the device's first ones.
 const PAGES: u64 = 64;
 /// The largest device the steps make: a larger `disksize` is cut to this, so that a run
-/// holds little memory whatever it is given (the size's parsing is exercised in full).
+/// holds little memory whatever it is given (smaller values reach the file as given).
 const MAX_DISKSIZE: u64 = 64 << 20;
 
 /// What a run of the steps reached, so that a test can tell that it exercised something.
