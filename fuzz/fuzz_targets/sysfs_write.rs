@@ -12,14 +12,24 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 
-/// The one file a `backing_dev` write may name: a scratch file of this process, removed
-/// by nothing (it sits in the temporary directory, as fuzzing's own files do).
+/// The one file a `backing_dev` write may name: a new file of this process in the
+/// temporary directory, made with `O_CREAT | O_EXCL` (so a name already there, a symbolic
+/// link planted in its place included, is never opened: the next name is tried). It is left
+/// there when libFuzzer exits, as fuzzing's own files are.
 fn scratch() -> &'static PathBuf {
     static SCRATCH: OnceLock<PathBuf> = OnceLock::new();
     SCRATCH.get_or_init(|| {
-        let path = std::env::temp_dir().join(format!("zramd-fuzz-backing-{}", std::process::id()));
-        std::fs::File::create(&path).expect("create the scratch backing file");
-        path
+        let dir = std::env::temp_dir();
+        (0..1000)
+            .map(|n| dir.join(format!("zramd-fuzz-backing-{}-{n}", std::process::id())))
+            .find(|path| {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(path)
+                    .is_ok()
+            })
+            .expect("make a scratch backing file in the temporary directory")
     })
 }
 

@@ -4,10 +4,12 @@
 //!
 //! The input is read as a list of steps: writes of any writable attribute with any bytes,
 //! and writes, reads and discards of the device's first pages. A model of those pages (the
-//! byte each one's contents were made from) says what every read must return, so any
+//! byte each one's contents were made from) says what every read must return, so a
 //! sequence of settings, passes and triggers (`idle`, `writeback`, `recompress`, `compact`,
-//! `fold`, `policy run`, a memory limit) that loses or changes data is caught, besides any
-//! panic. After each step every readable attribute must read, line-terminated.
+//! `fold`, `policy run`, a memory limit) that loses or changes the data of those pages is
+//! caught, besides any panic: every page is checked after each accepted attribute write and
+//! at the end, and where a read step asks. Only a memory limit may refuse a page write (`ENOSPC`, the page
+//! keeping its data). After each step every readable attribute must read, line-terminated.
 //!
 //! Paths are not taken from the input: a `backing_dev` path becomes the caller's scratch
 //! file, and an `algorithm_params` write naming a dictionary file is left out (reading
@@ -17,7 +19,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::Path;
 
-use zram::ZramConfig;
+use zram::{Zram, ZramConfig};
 
 use super::{ATTRS, Attr, read, write};
 use crate::device::Device;
@@ -38,15 +40,21 @@ pub struct Exercised {
     pub checked_reads: usize,
     /// The most pages on the backing file at once (`bd_stat`'s first field).
     pub max_backed_pages: u64,
+    /// Did `block_state` ever show a recompressed slot?
+    pub recompressed: bool,
+    /// Page writes refused under a memory limit (`ENOSPC`: the page keeps its data).
+    pub refused_writes: usize,
 }
 
 /// What a page of the model holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Held {
-    /// The contents [`contents`] makes of this byte (0: never written, or discarded).
+    /// The contents [`contents`] makes of this page and byte (0: never written, or
+    /// discarded).
     Filled(u8),
-    /// A failed discard left it unknown (with units larger than a page, it may have
-    /// zeroed some of its pages before failing).
+    /// A discard refused under a memory limit left it unknown (with units larger than a
+    /// page, the pages of a unit are zeroed by storing the unit again, which may fail after
+    /// some of them were).
     Unknown,
 }
 
@@ -68,49 +76,54 @@ pub fn exercise_attributes(data: &[u8], backing: &Path) -> Exercised {
                 let value = input.take(len);
                 if write_attribute(&dev, attr.name, value, backing, &mut model) {
                     seen.accepted.insert(attr.name);
+                    // Whatever it set or ran, every page must still hold its data.
+                    check_all(&dev, &model, &mut seen);
                 }
             }
             2 => {
                 let page = u64::from(input.byte().unwrap_or(0)) % PAGES;
                 let fill = input.byte().unwrap_or(0);
                 if let Some(z) = dev.open().filter(|z| fits(z.disksize(), page)) {
-                    // A failed write (a memory limit reached) leaves the page as it was,
-                    // as the kernel's does.
-                    if z.write(page * PAGE as u64, &contents(fill)).is_ok() {
-                        model.insert(page, Held::Filled(fill));
+                    // Only a memory limit may refuse a write, and the page then keeps its
+                    // data, as the kernel's does.
+                    match z.write(page * PAGE as u64, &contents(page, fill)) {
+                        Ok(()) => {
+                            model.insert(page, Held::Filled(fill));
+                        }
+                        Err(e) => {
+                            assert!(
+                                e.errno() == libc::ENOSPC && z.mm_stat().mem_limit > 0,
+                                "page {page}: write failed without a memory limit: {e}"
+                            );
+                            seen.refused_writes += 1;
+                        }
                     }
                 }
             }
             3 => {
                 let page = u64::from(input.byte().unwrap_or(0)) % PAGES;
-                if let Some(z) = dev.open().filter(|z| fits(z.disksize(), page)) {
-                    let mut buf = vec![0xa5u8; PAGE];
-                    let read = z.read(page * PAGE as u64, &mut buf);
-                    match model.get(&page).copied().unwrap_or(Held::Filled(0)) {
-                        Held::Filled(fill) => {
-                            assert!(read.is_ok(), "page {page}: read failed: {read:?}");
-                            assert!(
-                                buf == contents(fill),
-                                "page {page}: read back differs from what was written ({fill:#x})"
-                            );
-                            seen.checked_reads += 1;
-                        }
-                        Held::Unknown => {}
-                    }
+                if let Some(z) = dev.open() {
+                    check(&z, &model, page, true, &mut seen);
                 }
             }
             _ => {
                 let page = u64::from(input.byte().unwrap_or(0)) % PAGES;
                 let pages = u64::from(input.byte().unwrap_or(0) % 4) + 1;
                 if let Some(z) = dev.open().filter(|z| fits(z.disksize(), page + pages - 1)) {
-                    if z.discard(page * PAGE as u64, pages * PAGE as u64).is_ok() {
-                        for p in page..page + pages {
-                            model.insert(p, Held::Filled(0));
+                    let held = match z.discard(page * PAGE as u64, pages * PAGE as u64) {
+                        Ok(()) => Held::Filled(0),
+                        Err(e) => {
+                            assert!(
+                                e.errno() == libc::ENOSPC
+                                    && z.mm_stat().mem_limit > 0
+                                    && z.unit_size() > PAGE,
+                                "pages {page}+{pages}: discard failed: {e}"
+                            );
+                            Held::Unknown
                         }
-                    } else {
-                        for p in page..page + pages {
-                            model.insert(p, Held::Unknown);
-                        }
+                    };
+                    for p in page..page + pages {
+                        model.insert(p, held);
                     }
                 }
             }
@@ -118,34 +131,80 @@ pub fn exercise_attributes(data: &[u8], backing: &Path) -> Exercised {
         read_every_attribute(&dev);
         if let Some(z) = dev.zram() {
             seen.max_backed_pages = seen.max_backed_pages.max(z.bd_stat().bd_count);
+            seen.recompressed |= z
+                .format_block_state()
+                .lines()
+                .any(|l| l.ends_with("r.") || l.ends_with("rn"));
         }
     }
+    // Whatever the last steps did, every page still holds its data.
+    check_all(&dev, &model, &mut seen);
     // The device's threads (compaction, policy) end with it: reset makes it go now.
     let _ = dev.reset();
     seen
 }
 
+/// Reads page `page` (when the device has it) and compares it with the model: a page the
+/// model knows must read back as written; any page must read. With `access`, a read as a
+/// client's (it makes the page not idle); without, one that leaves no trace
+/// ([`Zram::inspect`]), so checking does not change what the passes see.
+fn check(z: &Zram, model: &HashMap<u64, Held>, page: u64, access: bool, seen: &mut Exercised) {
+    if !fits(z.disksize(), page) {
+        return;
+    }
+    let mut buf = vec![0xa5u8; PAGE];
+    let at = page * PAGE as u64;
+    let read = if access {
+        z.read(at, &mut buf)
+    } else {
+        z.inspect(at, &mut buf)
+    };
+    assert!(read.is_ok(), "page {page}: read failed: {read:?}");
+    if let Held::Filled(fill) = model.get(&page).copied().unwrap_or(Held::Filled(0)) {
+        assert!(
+            buf == contents(page, fill),
+            "page {page}: read back differs from what was written ({fill:#x})"
+        );
+        seen.checked_reads += 1;
+    }
+}
+
+/// [`check`] on every page the steps touch, leaving no trace.
+fn check_all(dev: &Device, model: &HashMap<u64, Held>, seen: &mut Exercised) {
+    if let Some(z) = dev.open() {
+        for page in 0..PAGES {
+            check(&z, model, page, false, seen);
+        }
+    }
+}
+
 /// A page's contents for a model byte: 0 is zeroes; otherwise, by the low two bits, the
 /// byte repeated (a same-filled page), text-like bytes (compressible), or noise that does
-/// not compress (a huge page), each different for different bytes.
-fn contents(fill: u8) -> Vec<u8> {
-    let mut x = u32::from(fill).wrapping_mul(0x9e37_79b9) | 1;
+/// not compress (a huge page). Different bytes make different contents; with bit 2 set the
+/// page's number is written in too (its first four bytes, so such a page is never
+/// same-filled), so that a slot mixed up with another shows, while pages without it may
+/// hold the same bytes (which deduplication and folding share).
+fn contents(page: u64, fill: u8) -> Vec<u8> {
+    let salt = if fill & 4 != 0 { page as u32 + 1 } else { 0 };
+    let mut x = (u32::from(fill) | salt << 8).wrapping_mul(0x9e37_79b9) | 1;
     let mut noise = move || {
         x ^= x << 13;
         x ^= x >> 17;
         x ^= x << 5;
         x
     };
-    match fill & 3 {
-        _ if fill == 0 => vec![0; PAGE],
+    let mut bytes = match fill & 3 {
+        _ if fill == 0 => return vec![0; PAGE],
         1 => vec![fill; PAGE],
         2 => (0..PAGE)
-            .map(|i| {
-                b"zramd keeps pages compressed "[(i + usize::from(fill)) % 29] ^ (i / 512) as u8
-            })
+            .map(|i| b"zramd keeps pages compressed "[i % 29] ^ fill ^ (i / 512) as u8)
             .collect(),
         _ => (0..PAGE).map(|_| noise() as u8).collect(),
+    };
+    if salt != 0 {
+        bytes[..4].copy_from_slice(&salt.to_le_bytes());
     }
+    bytes
 }
 
 /// Does page `page` lie within a device of `disksize` bytes?
