@@ -9,7 +9,9 @@
 //! `fold`, `policy run`, a memory limit) that loses or changes the data of those pages is
 //! caught, besides any panic: every page is checked after each accepted attribute write and
 //! at the end, and where a read step asks. Only a memory limit may refuse a page write (`ENOSPC`, the page
-//! keeping its data). After each step every readable attribute must read, line-terminated.
+//! keeping its data), and only `writeback` may answer `EIO` (its limit spent: elsewhere it
+//! means corrupt data or a failing file). After each step every readable attribute must
+//! read, line-terminated.
 //!
 //! Paths are not taken from the input: a `backing_dev` path becomes the caller's scratch
 //! file, and an `algorithm_params` write naming a dictionary file is left out (reading
@@ -248,6 +250,13 @@ fn write_attribute(
     let result = write(dev, name, value);
     if let Err(errno) = result {
         assert!(errno > 0, "{name}: an error without an errno: {errno}");
+        // EIO is corrupt data, an allocator's bug or the backing file failing; on these
+        // steps only `writeback` may answer it (its limit spent).
+        assert!(
+            errno != libc::EIO || name == "writeback",
+            "{name}: EIO for {:?}",
+            String::from_utf8_lossy(value)
+        );
     }
     let after = dev.zram();
     let same = match (&before, &after) {
