@@ -150,6 +150,7 @@ fn the_connections_curve_has_a_point_per_count() {
         return;
     }
     let (report, stdout) = report(&["--connections", "1,2", "--fio-seconds", "1"]);
+    let fio = lab::bench::fio_has_nbd();
     let points = report["connections"]
         .as_array()
         .expect("a connections array");
@@ -169,7 +170,7 @@ fn the_connections_curve_has_a_point_per_count() {
             assert!(v.is_finite() && v > 0.0, "{key}: {p}");
         }
         for key in ["zramd_fio_read_iops", "nbdkit_fio_read_iops"] {
-            if lab::bench::fio_has_nbd() {
+            if fio {
                 let v = p[key].as_f64().unwrap_or(f64::NAN);
                 assert!(v.is_finite() && v > 0.0, "{key}: {p}");
             } else {
@@ -177,7 +178,7 @@ fn the_connections_curve_has_a_point_per_count() {
             }
         }
     }
-    if !lab::bench::fio_has_nbd() {
+    if !fio {
         eprintln!("SKIPPED: the curve's fio figures (fio or its nbd engine is missing)");
     }
 

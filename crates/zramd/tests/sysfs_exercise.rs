@@ -6,7 +6,7 @@
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use zramd::sysfs::{ATTRS, exercise_attributes};
+use zramd::sysfs::{ATTRS, Step, exercise_attributes};
 
 /// Values written to any attribute: each attribute's own words, and what no attribute takes.
 const WORDS: &[&str] = &[
@@ -159,15 +159,13 @@ fn own_words(attr: &str) -> &'static [&'static str] {
 }
 
 /// Writes `name` = `words` (and a newline) as a step.
-fn set(out: &mut Vec<u8>, writable: &[&str], name: &str, words: &str) {
-    out.extend_from_slice(&[0, writable_index(writable, name), words.len() as u8 + 1]);
-    out.extend_from_slice(words.as_bytes());
-    out.push(b'\n');
+fn set(out: &mut Vec<u8>, name: &str, words: &str) {
+    Step::Set(name, format!("{words}\n").as_bytes()).encode(out);
 }
 
 /// Settings taken only before `disksize`, then `disksize`: most rounds start so, with a
 /// random choice of them, so that the steps after have data and a set-up to act on.
-fn prefix(rng: &mut SmallRng, out: &mut Vec<u8>, writable: &[&str]) {
+fn prefix(rng: &mut SmallRng, out: &mut Vec<u8>) {
     for name in [
         "comp_algorithm",
         "recomp_algorithm",
@@ -178,23 +176,19 @@ fn prefix(rng: &mut SmallRng, out: &mut Vec<u8>, writable: &[&str]) {
     ] {
         if rng.gen_bool(0.5) {
             let words = own_words(name);
-            set(out, writable, name, words[rng.gen_range(0..words.len())]);
+            set(out, name, words[rng.gen_range(0..words.len())]);
         }
     }
-    set(
-        out,
-        writable,
-        "disksize",
-        ["256K", "1M"][rng.gen_range(0..2)],
-    );
+    set(out, "disksize", ["256K", "1M"][rng.gen_range(0..2)]);
 }
 
-/// One step, encoded as `exercise_attributes` reads it.
+/// One random step.
 fn step(rng: &mut SmallRng, out: &mut Vec<u8>, writable: &[&str]) {
+    let page = rng.gen_range(0..64);
     match rng.gen_range(0..20) {
         0..=7 => {
-            let attr = rng.gen_range(0..writable.len());
-            let own = own_words(writable[attr]);
+            let name = writable[rng.gen_range(0..writable.len())];
+            let own = own_words(name);
             let mut value = String::new();
             for i in 0..rng.gen_range(1..=3) {
                 if i > 0 {
@@ -212,41 +206,37 @@ fn step(rng: &mut SmallRng, out: &mut Vec<u8>, writable: &[&str]) {
             if rng.gen_bool(0.02) {
                 value = "x".repeat(255);
             }
-            let bytes = &value.as_bytes()[..value.len().min(255)];
-            out.extend_from_slice(&[0, attr as u8, bytes.len() as u8]);
-            out.extend_from_slice(bytes);
+            Step::Set(name, value.as_bytes()).encode(out);
         }
-        8..=12 => out.extend_from_slice(&[2, rng.gen_range(0..64), rng.gen_range(0..24)]),
-        13..=18 => out.extend_from_slice(&[3, rng.gen_range(0..64)]),
-        _ => out.extend_from_slice(&[4, rng.gen_range(0..64), rng.r#gen()]),
+        8..=12 => Step::Write {
+            page,
+            fill: rng.gen_range(0..24),
+        }
+        .encode(out),
+        13..=18 => Step::Read { page }.encode(out),
+        _ => Step::Discard {
+            page,
+            pages: rng.gen_range(1..=4),
+        }
+        .encode(out),
     }
-}
-
-/// The writable attributes' names, numbered as the driver numbers them.
-fn writable() -> Vec<&'static str> {
-    ATTRS
-        .iter()
-        .filter(|a| a.writable())
-        .map(|a| a.name)
-        .collect()
-}
-
-/// The position of `name` among the writable attributes (as the driver numbers them).
-fn writable_index(writable: &[&str], name: &str) -> u8 {
-    writable.iter().position(|&n| n == name).unwrap() as u8
 }
 
 #[test]
 fn attributes_survive_random_steps_and_keep_the_data() {
     let scratch = tempfile::NamedTempFile::new().unwrap();
-    let writable = writable();
+    let writable: Vec<&str> = ATTRS
+        .iter()
+        .filter(|a| a.writable())
+        .map(|a| a.name)
+        .collect();
     let mut rng = SmallRng::seed_from_u64(0x7379_7366);
     let mut accepted = std::collections::BTreeSet::new();
     let (mut checked, mut backed, mut refused) = (0, 0, 0);
     for round in 0..1500 {
         let mut input = Vec::new();
         if round % 4 != 0 {
-            prefix(&mut rng, &mut input, &writable);
+            prefix(&mut rng, &mut input);
         }
         for _ in 0..rng.gen_range(5..60) {
             step(&mut rng, &mut input, &writable);
@@ -281,23 +271,21 @@ fn attributes_survive_random_steps_and_keep_the_data() {
 #[test]
 fn recompressed_and_written_back_pages_read_back() {
     let scratch = tempfile::NamedTempFile::new().unwrap();
-    let writable = writable();
     let mut input = Vec::new();
-    set(
-        &mut input,
-        &writable,
-        "recomp_algorithm",
-        "algo=zstd priority=1",
-    );
-    set(&mut input, &writable, "backing_dev", "/scratch");
-    set(&mut input, &writable, "disksize", "1M");
+    set(&mut input, "recomp_algorithm", "algo=zstd priority=1");
+    set(&mut input, "backing_dev", "/scratch");
+    set(&mut input, "disksize", "1M");
     // Page 5 text-like (compressible), page 6 noise (huge), page 7 same-filled.
-    input.extend_from_slice(&[2, 5, 2, 2, 6, 3, 2, 7, 1]);
-    set(&mut input, &writable, "idle", "all");
-    set(&mut input, &writable, "recompress", "type=idle");
-    set(&mut input, &writable, "idle", "all");
-    set(&mut input, &writable, "writeback", "idle");
-    input.extend_from_slice(&[3, 5, 3, 6, 3, 7]);
+    for (page, fill) in [(5, 2), (6, 3), (7, 1)] {
+        Step::Write { page, fill }.encode(&mut input);
+    }
+    set(&mut input, "idle", "all");
+    set(&mut input, "recompress", "type=idle");
+    set(&mut input, "idle", "all");
+    set(&mut input, "writeback", "idle");
+    for page in [5, 6, 7] {
+        Step::Read { page }.encode(&mut input);
+    }
     let seen = exercise_attributes(&input, scratch.path());
     for name in [
         "recomp_algorithm",

@@ -60,6 +60,55 @@ enum Held {
     Unknown,
 }
 
+/// The first byte of each kind of step (any other byte reads as one of these: see
+/// [`exercise_attributes`]).
+const SET: u8 = 0;
+const WRITE: u8 = 2;
+const READ: u8 = 3;
+const DISCARD: u8 = 4;
+
+/// One step, for callers that build inputs from steps rather than bytes.
+#[derive(Debug, Clone, Copy)]
+pub enum Step<'a> {
+    /// Writes `value` (its first 255 bytes) to the writable attribute `name`.
+    Set(&'a str, &'a [u8]),
+    /// Writes page `page` (of 64) with the contents made from `fill` (0: zeroes; by its low
+    /// two bits, same-filled, text-like or noise; with bit 2, the page's number in it).
+    Write { page: u8, fill: u8 },
+    /// Reads page `page` (an access, as a client's) and checks it.
+    Read { page: u8 },
+    /// Discards `pages` (1..=4) pages from page `page`.
+    Discard { page: u8, pages: u8 },
+}
+
+impl Step<'_> {
+    /// Appends the step's bytes to `out`. Panics on a name that is not a writable
+    /// attribute or a discard of other than 1..=4 pages.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        match *self {
+            Step::Set(name, value) => {
+                let index = writable()
+                    .position(|a| a.name == name)
+                    .unwrap_or_else(|| panic!("{name} is not a writable attribute"));
+                let value = &value[..value.len().min(255)];
+                out.extend_from_slice(&[SET, index as u8, value.len() as u8]);
+                out.extend_from_slice(value);
+            }
+            Step::Write { page, fill } => out.extend_from_slice(&[WRITE, page, fill]),
+            Step::Read { page } => out.extend_from_slice(&[READ, page]),
+            Step::Discard { page, pages } => {
+                assert!((1..=4).contains(&pages), "a discard of {pages} pages");
+                out.extend_from_slice(&[DISCARD, page, pages - 1]);
+            }
+        }
+    }
+}
+
+/// The writable attributes, numbered as [`Step::Set`] numbers them.
+fn writable() -> impl Iterator<Item = Attr> {
+    ATTRS.into_iter().filter(Attr::writable)
+}
+
 /// Runs the steps in `data` on a fresh device, with `backing` as the only file a
 /// `backing_dev` write may name, and says what they reached. Panics when a read differs
 /// from what was written, an error carries no errno, or a readable attribute fails to
@@ -67,12 +116,12 @@ enum Held {
 pub fn exercise_attributes(data: &[u8], backing: &Path) -> Exercised {
     let dev = Device::new("zram0", ZramConfig::default());
     let mut seen = Exercised::default();
-    let writable: Vec<Attr> = ATTRS.into_iter().filter(Attr::writable).collect();
+    let writable: Vec<Attr> = writable().collect();
     let mut model: HashMap<u64, Held> = HashMap::new();
     let mut input = Input(data);
     while let Some(op) = input.byte() {
         match op % 5 {
-            0 | 1 => {
+            SET | 1 => {
                 let attr = writable[usize::from(input.byte().unwrap_or(0)) % writable.len()];
                 let len = usize::from(input.byte().unwrap_or(0));
                 let value = input.take(len);
@@ -82,7 +131,7 @@ pub fn exercise_attributes(data: &[u8], backing: &Path) -> Exercised {
                     check_all(&dev, &model, &mut seen);
                 }
             }
-            2 => {
+            WRITE => {
                 let page = u64::from(input.byte().unwrap_or(0)) % PAGES;
                 let fill = input.byte().unwrap_or(0);
                 if let Some(z) = dev.open().filter(|z| fits(z.disksize(), page)) {
@@ -102,7 +151,7 @@ pub fn exercise_attributes(data: &[u8], backing: &Path) -> Exercised {
                     }
                 }
             }
-            3 => {
+            READ => {
                 let page = u64::from(input.byte().unwrap_or(0)) % PAGES;
                 if let Some(z) = dev.open() {
                     check(&z, &model, page, true, &mut seen);

@@ -29,7 +29,7 @@ mod parse;
 mod post;
 
 pub use dict::{MAX_DICT_BYTES, read_dictionary};
-pub use exercise::exercise_attributes;
+pub use exercise::{Step, exercise_attributes};
 pub use fold::format_fold_stat;
 pub use parse::{kstrtoull, memparse};
 
