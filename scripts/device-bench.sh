@@ -3,19 +3,63 @@
 # one call (the machine has no network and only the working tree travels, 64 MiB at most):
 #
 #   LINUX_TAR=linux.tar scripts/device-bench.sh pack
-#       here: stripped release binaries and the first DEVICE_BENCH_MB (320) MB of the Linux
-#       source tar, xz-compressed, in .device/ (ignored by git; carry it)
+#       here: stripped release binaries, the first DEVICE_BENCH_MB (320) MB of the Linux
+#       source tar and, where installed here, the NBD tools with their libraries, each
+#       xz-compressed, in .device/ (ignored by git; carry it)
 #   scripts/device-bench.sh run
 #       there, as root with OUT set: the library path beside the kernel's zram at 1-16
 #       threads, the pool's scaling curve, and the NBD bench and its curve over 1-16
-#       connections where nbdkit, nbdcopy and qemu-img are installed; one text file per
-#       measurement in $OUT
+#       connections (with the machine's own nbdkit, nbdcopy and qemu-img, else the carried
+#       ones); one text file per measurement in $OUT. About 90 s on a 16-core machine.
+#       Carry .device/zramd.xz, .device/zramd-lab.xz, .device/input.tar.xz and
+#       .device/tools.tar.xz (all of .device is over the limit once perf is packed).
+#   scripts/device-bench.sh profile
+#       there, likewise: perf profiles of the library-path bench at 1 and 4 streams
+#       (DEVICE_PROFILE_THREADS), flat reports and the samples' stacks. Carry the binaries,
+#       the input and .device/perf.tar.xz.
 #
 # Nothing depends on it: CI never has such a machine. Make the tar with
 # `xz -dc /usr/src/linux-source-6.1.tar.xz > linux.tar` (Debian's linux-source-6.1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=.device
+
+# bundle NAME TOOL...: TOOLs with every library they load and this machine's dynamic loader,
+# in $dir/NAME.tar.xz, so the lent machine need not have them. Each runs through a wrapper
+# (NAME/wrap/TOOL) that starts it with the carried loader and libraries, so the lent
+# machine's own C library does not matter; nbdkit's wrapper names the carried memory plugin
+# by its path. Returns 1, bundling nothing, when a TOOL is not installed here.
+bundle() {
+  local name=$1 t stage plugin=
+  shift
+  for t in "$@"; do
+    command -v "$t" >/dev/null || { echo "$name: $t is not installed here; the lent machine needs its own"; return 1; }
+  done
+  stage=$(mktemp -d)
+  mkdir -p "$stage/$name/bin" "$stage/$name/lib" "$stage/$name/wrap"
+  for t in "$@"; do
+    cp "$(command -v "$t")" "$stage/$name/bin/"
+    [ "$t" = nbdkit ] && plugin=$(nbdkit --dump-config | sed -n 's/^plugindir=//p')/nbdkit-memory-plugin.so
+  done
+  [ -n "$plugin" ] && cp "$plugin" "$stage/$name/lib/"
+  # ldd prints "name => path (address)" for libraries and "path (address)" for the loader.
+  for t in "$stage/$name"/bin/* $plugin; do ldd "$t"; done |
+    awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | sort -u |
+    while read -r lib; do cp -L "$lib" "$stage/$name/lib/"; done
+  for t in "$@"; do
+    {
+      echo '#!/bin/sh'
+      echo 't=$(cd "$(dirname "$0")/.." && pwd)'
+      if [ "$t" = nbdkit ]; then
+        echo 'for a do shift; [ "$a" = memory ] && a=$t/lib/nbdkit-memory-plugin.so; set -- "$@" "$a"; done'
+      fi
+      echo "exec \"\$t/lib/ld-linux-x86-64.so.2\" --library-path \"\$t/lib\" \"\$t/bin/$t\" \"\$@\""
+    } >"$stage/$name/wrap/$t"
+    chmod +x "$stage/$name/wrap/$t"
+  done
+  tar -C "$stage" -cf - "$name" | xz -T0 -9 -c >"$dir/$name.tar.xz"
+  rm -rf "$stage"
+}
 
 case "${1:-}" in
 pack)
@@ -24,33 +68,87 @@ pack)
   cargo build --release --locked -p zramd -p lab
   rm -rf "$dir"
   mkdir -p "$dir"
-  cp target/release/zramd target/release/zramd-lab "$dir"/
-  strip "$dir/zramd" "$dir/zramd-lab"
+  # Symbols stay (debug info goes), for `profile`'s reports.
+  for f in zramd zramd-lab; do
+    cp "target/release/$f" "$dir/$f"
+    strip --strip-debug "$dir/$f"
+    xz -T0 -9 "$dir/$f"
+  done
   head -c $((mb * 1000000)) "$tar" | xz -T0 -6 -c >"$dir/input.tar.xz"
-  total=$(du -cb "$dir"/* | tail -n 1 | cut -f 1)
-  echo "$dir: $((total / 1000000)) MB (the working tree travels too: keep the sum under 64 MiB)"
+  # fio is left out: its storage engines pull in over 20 MB of libraries.
+  bundle tools nbdkit nbdcopy qemu-img qemu-io || true
+  bundle perf perf || true
+  for mode in run:tools profile:perf; do
+    set -- "$dir"/zramd.xz "$dir"/zramd-lab.xz "$dir"/input.tar.xz
+    [ -e "$dir/${mode#*:}.tar.xz" ] && set -- "$@" "$dir/${mode#*:}.tar.xz"
+    total=$(du -cb "$@" | tail -n 1 | cut -f 1)
+    echo "${mode%:*}: carry $* ($((total / 1000000)) MB; the working tree travels too: keep the sum under 64 MiB)"
+  done
   ;;
-run)
+run | profile)
   out=${OUT:?set OUT to the folder the results go to}
-  for f in zramd zramd-lab input.tar.xz; do
-    [ -e "$dir/$f" ] || { echo "$dir/$f is missing: run '$0 pack' here first and carry $dir" >&2; exit 2; }
+  for f in zramd.xz zramd-lab.xz input.tar.xz; do
+    [ -e "$dir/$f" ] || { echo "$dir/$f is missing: run '$0 pack' here first and carry it" >&2; exit 2; }
   done
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
-  cp "$dir/zramd" "$dir/zramd-lab" "$work"/
-  if command -v xz >/dev/null; then
-    xz -dc -T0 "$dir/input.tar.xz" >"$work/input.tar"
-  else
-    python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
-      "$dir/input.tar.xz" "$work/input.tar"
-  fi
+  # unxz FILE.xz DEST, with python's lzma where xz is not installed
+  unxz_to() {
+    if command -v xz >/dev/null; then
+      xz -dc -T0 "$1" >"$2"
+    else
+      python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$1" "$2"
+    fi
+  }
+  # unbundle NAME: the carried bundle's wrappers go first on PATH.
+  unbundle() {
+    unxz_to "$dir/$1.tar.xz" "$work/$1.tar"
+    tar -C "$work" -xf "$work/$1.tar"
+    export PATH=$work/$1/wrap:$PATH
+    echo "$1: the carried ones ($dir/$1.tar.xz)"
+  }
+  for f in zramd zramd-lab; do
+    unxz_to "$dir/$f.xz" "$work/$f"
+    chmod +x "$work/$f"
+  done
+  unxz_to "$dir/input.tar.xz" "$work/input.tar"
   {
     echo "cpus: $(nproc)"
     uname -r
     grep -m 1 "model name" /proc/cpuinfo || true
     free -m
-    cat /sys/block/zram*/comp_algorithm 2>/dev/null | head -n 1 || echo "no zram device yet"
+    cat /sys/kernel/mm/transparent_hugepage/enabled || true
+    [ -e /sys/class/zram-control ] || modprobe zram num_devices=0 || true
+    ls /sys/class/zram-control || true
+    command -v nbdkit nbdcopy qemu-img fio perf || true
   } >"$out/machine.txt" 2>&1
+  ;;&
+profile)
+  # Where each side's time goes, at 1 and 4 streams (the kernel's frames are told apart by
+  # their system call: pwrite64/pread64 is the kernel's zram, the rest zramd's faults and
+  # madvise calls; user frames are zramd's).
+  [ -e "$dir/perf.tar.xz" ] || { echo "$dir/perf.tar.xz is missing: pack where perf is installed" >&2; exit 2; }
+  unbundle perf
+  echo -1 >/proc/sys/kernel/perf_event_paranoid || true
+  echo 0 >/proc/sys/kernel/kptr_restrict || true
+  for t in ${DEVICE_PROFILE_THREADS:-1 4}; do
+    timeout 120 perf record -F 499 -g -o "$work/p$t.data" -- \
+      "$work/zramd-lab" bench --input "$work/input.tar" --algorithm lz4 --threads "$t" --repeat 2 \
+      >"$out/profile_bench_$t.txt" 2>&1 || echo "exit $?" >>"$out/profile_bench_$t.txt"
+    tail -n 3 "$out/profile_bench_$t.txt"
+    # (sed, not head: an early close of the pipe would end the script under pipefail)
+    perf report -i "$work/p$t.data" --no-children -g none --sort dso,sym 2>/dev/null |
+      sed -n '/^ *[0-9]/p' | sed -n 1,150p >"$out/profile_flat_$t.txt" || true
+    sed -n 1,25p "$out/profile_flat_$t.txt"
+    perf script -i "$work/p$t.data" -F tid,ip,sym 2>/dev/null | xz -T0 -6 >"$out/profile_stacks_$t.txt.xz" || true
+  done
+  ;;
+run)
+  # DEVICE_BENCH_TOOLS=carried uses the carried tools even where the machine has its own.
+  if [ -e "$dir/tools.tar.xz" ] && { [ "${DEVICE_BENCH_TOOLS:-}" = carried ] ||
+    ! { command -v nbdkit && command -v nbdcopy && command -v qemu-img; } >/dev/null; }; then
+    unbundle tools
+  fi
   # Each run is bounded; a run cut short still leaves what it printed.
   bench() {
     local name=$1 limit=$2
@@ -59,17 +157,17 @@ run)
     timeout "$limit" "$work/zramd-lab" "$@" >"$out/$name.txt" 2>&1 || echo "exit $?" >>"$out/$name.txt"
     tail -n 12 "$out/$name.txt"
   }
-  bench device_lz4 240 bench --input "$work/input.tar" --algorithm lz4 --threads 1,2,4,8,16 --repeat 2
-  bench pool 120 bench pool --threads 1,2,4,8,16 --repeat 3
+  bench device_lz4 180 bench --input "$work/input.tar" --algorithm lz4 --threads 1,2,4,8,16 --repeat 2
+  bench pool 90 bench pool --threads 1,2,4,8,16 --repeat 3
   if command -v nbdkit >/dev/null && command -v nbdcopy >/dev/null && command -v qemu-img >/dev/null; then
-    bench nbd 150 bench nbd --input "$work/input.tar" --repeat 1
+    bench nbd 120 bench nbd --input "$work/input.tar" --repeat 1
     bench nbd_connections 120 bench nbd --input "$work/input.tar" --repeat 1 --connections 1,2,4,8,16 --fio-seconds 2
   else
     echo "nbd: SKIPPED (nbdkit, nbdcopy or qemu-img is not installed)" | tee "$out/nbd.txt" "$out/nbd_connections.txt"
   fi
   ;;
 *)
-  echo "usage: LINUX_TAR=linux.tar $0 pack | $0 run (see the comment at the top)" >&2
+  echo "usage: LINUX_TAR=linux.tar $0 pack | $0 run | $0 profile (see the comment at the top)" >&2
   exit 2
   ;;
 esac
