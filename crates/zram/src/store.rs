@@ -53,7 +53,6 @@
 use std::cell::RefCell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::Instant;
 
 use parking_lot::{Mutex, MutexGuard};
 use zsmalloc::{Backend, Handle};
@@ -116,7 +115,8 @@ pub(crate) struct Store {
     /// Inline deduplication: a stream of one object that an object of the pool already
     /// holds shares that object.
     dedup: bool,
-    start: Instant,
+    /// The coarse clock when the store was made (see [`crate::sys::coarse_nanos`]).
+    start_nanos: u64,
 }
 
 impl Store {
@@ -151,7 +151,7 @@ impl Store {
             pages_compacted_base: AtomicU64::new(0),
             pages_folded_base: AtomicU64::new(0),
             dedup,
-            start: Instant::now(),
+            start_nanos: crate::sys::coarse_nanos(),
         })
     }
 
@@ -248,7 +248,8 @@ impl Store {
 
     /// Seconds since the device started (plus any skew).
     pub(crate) fn now(&self) -> u32 {
-        let secs = self.start.elapsed().as_secs() + self.clock_skew.load(Relaxed);
+        let secs = crate::sys::coarse_nanos().saturating_sub(self.start_nanos) / 1_000_000_000
+            + self.clock_skew.load(Relaxed);
         u32::try_from(secs).unwrap_or(u32::MAX)
     }
 

@@ -560,5 +560,29 @@ pub fn malloc_trim() -> bool {
     }
 }
 
+/// The flags of this process's mapping that holds `addr`: its `VmFlags` line in
+/// `/proc/self/smaps` (`nh`: no transparent huge pages), or `None` where that cannot be read.
+pub fn vm_flags_at(addr: usize) -> Option<String> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    let mut inside = false;
+    for line in smaps.lines() {
+        let range = line
+            .split_once(' ')
+            .and_then(|(r, _)| r.split_once('-'))
+            .and_then(|(a, b)| {
+                Some((
+                    usize::from_str_radix(a, 16).ok()?,
+                    usize::from_str_radix(b, 16).ok()?,
+                ))
+            });
+        if let Some((start, end)) = range {
+            inside = (start..end).contains(&addr);
+        } else if inside && let Some(flags) = line.strip_prefix("VmFlags:") {
+            return Some(flags.trim().to_string());
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests;

@@ -167,29 +167,6 @@ fn runs_freed_by_other_threads_are_counted_once() {
     assert_eq!(src.pages_live(), 0);
 }
 
-/// The `VmFlags` line of the mapping in `/proc/self/smaps` that holds `addr`.
-fn vm_flags_at(addr: usize) -> Option<String> {
-    let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
-    let mut inside = false;
-    for line in smaps.lines() {
-        let range = line
-            .split_once(' ')
-            .and_then(|(r, _)| r.split_once('-'))
-            .and_then(|(a, b)| {
-                Some((
-                    usize::from_str_radix(a, 16).ok()?,
-                    usize::from_str_radix(b, 16).ok()?,
-                ))
-            });
-        if let Some((start, end)) = range {
-            inside = (start..end).contains(&addr);
-        } else if inside && let Some(flags) = line.strip_prefix("VmFlags:") {
-            return Some(flags.trim().to_string());
-        }
-    }
-    None
-}
-
 #[test]
 fn arenas_take_no_transparent_huge_pages() {
     if !std::path::Path::new("/sys/kernel/mm/transparent_hugepage").exists() {
