@@ -248,8 +248,7 @@ impl Store {
 
     /// Seconds since the device started (plus any skew).
     pub(crate) fn now(&self) -> u32 {
-        let secs = crate::sys::coarse_nanos().saturating_sub(self.start_nanos) / 1_000_000_000
-            + self.clock_skew.load(Relaxed);
+        let secs = crate::sys::coarse_secs_since(self.start_nanos) + self.clock_skew.load(Relaxed);
         u32::try_from(secs).unwrap_or(u32::MAX)
     }
 

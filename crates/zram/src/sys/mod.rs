@@ -53,6 +53,11 @@ pub(crate) fn coarse_nanos() -> u64 {
     }
 }
 
+/// Whole seconds since `start`, a reading of [`coarse_nanos`].
+pub(crate) fn coarse_secs_since(start: u64) -> u64 {
+    coarse_nanos().saturating_sub(start) / 1_000_000_000
+}
+
 /// Asks the OS not to back the whole pages inside `ptr..ptr+len` with transparent huge
 /// pages: where the system's setting is `always`, the first touch of one slot would make
 /// 2 MiB of the table resident, not 4 KiB. Advice only: refused by kernels without
