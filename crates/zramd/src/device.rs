@@ -211,11 +211,13 @@ impl Device {
         f(&mut self.settings.lock())
     }
 
-    /// Sets the memory limit (any time; applies at once when initialized).
+    /// Sets the memory limit (any time; applies at once when initialized). In a memory
+    /// cgroup with a limit, the device applies at most the pools' budget
+    /// ([`crate::cgroup`]), with or without one.
     pub fn set_mem_limit(&self, bytes: u64) {
         self.settings.lock().mem_limit = zram::Size(bytes);
         if let Some(z) = self.zram.read().as_ref() {
-            z.set_mem_limit(bytes);
+            z.set_mem_limit(crate::cgroup::capped_mem_limit(bytes));
         }
     }
 
@@ -281,9 +283,11 @@ impl Device {
         if zram.is_some() {
             return Err(DeviceError::Busy);
         }
+        let settings = self.settings.lock().clone();
         let dev = Zram::new(ZramConfig {
             disksize,
-            ..self.settings.lock().clone()
+            mem_limit: zram::Size(crate::cgroup::capped_mem_limit(settings.mem_limit.0)),
+            ..settings
         })?;
         *zram = Some(Arc::new(dev));
         Ok(())

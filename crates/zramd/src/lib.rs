@@ -3,6 +3,7 @@
 //! the command line on top.
 
 pub(crate) mod accept;
+pub mod cgroup;
 pub mod control;
 pub mod daemon;
 pub mod device;

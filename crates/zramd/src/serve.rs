@@ -426,6 +426,17 @@ pub fn run(options: &ServeOptions) -> anyhow::Result<()> {
     let server = Server::start(options)?;
     let daemon = crate::daemon::Daemon::install(&server.shutdown)?;
     println!("zramd: serving {} device(s)", options.devices.len());
+    if let (Some(limit), Some(budget)) =
+        (crate::cgroup::memory_limit(), crate::cgroup::pool_budget())
+    {
+        println!(
+            "memory cgroup limit {}: each device's mem_limit is at most {} (the rest is room \
+             for tables, metadata and buffers; past it a write fails with ENOSPC, not the OOM \
+             killer)",
+            crate::human::size(limit),
+            crate::human::size(budget)
+        );
+    }
     for spec in &options.devices {
         for at in &server.registry.served_at {
             println!(

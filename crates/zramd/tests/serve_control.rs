@@ -403,7 +403,7 @@ fn mode_and_group(path: &std::path::Path) -> (u32, u32) {
 fn sockets_are_private_unless_widened() {
     let dir = tempfile::tempdir().unwrap();
     // Under umask 000 a socket would be 0777: anyone could use the device.
-    let served = Served::start_with(dir.path(), &["--size", "8M"], Some("000"));
+    let served = Served::start_with(dir.path(), &["--size", "8M"], Some("umask 000"));
     assert_eq!(mode_and_group(&served.socket).0, 0o600);
     assert_eq!(mode_and_group(&served.control).0, 0o600);
     served.stop();

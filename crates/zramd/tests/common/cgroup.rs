@@ -65,6 +65,21 @@ impl Cgroup {
         self.version
     }
 
+    /// The file a process writes its id to to move itself in.
+    pub fn procs_file(&self) -> PathBuf {
+        self.dir.join("cgroup.procs")
+    }
+
+    /// Processes the cgroup's OOM killer has killed (v2: `memory.events`; v1:
+    /// `memory.oom_control`).
+    pub fn oom_kills(&self) -> Option<u64> {
+        let file = match self.version {
+            Version::V2 => "memory.events",
+            Version::V1 => "memory.oom_control",
+        };
+        stat_value(&self.dir.join(file), "oom_kill")
+    }
+
     /// Moves the process `pid` into the cgroup.
     pub fn add(&self, pid: u32) -> Result<(), String> {
         self.write("cgroup.procs", &pid.to_string())

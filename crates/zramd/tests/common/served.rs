@@ -34,17 +34,18 @@ impl Served {
         Self::start_with(dir, args, None)
     }
 
-    /// [`Served::start`] under `umask` (octal, e.g. `"000"`) when given.
-    pub fn start_with(dir: &Path, args: &[&str], umask: Option<&str>) -> Self {
+    /// [`Served::start`] after the shell command `prelude` when given (e.g. `"umask 000"`;
+    /// the server is exec'd by that shell, so `$$` there is its process id).
+    pub fn start_with(dir: &Path, args: &[&str], prelude: Option<&str>) -> Self {
         let socket = dir.join("nbd.sock");
         let control = dir.join("control.sock");
         let out = dir.join("zramd-serve.out");
         let err = dir.join("zramd-serve.err");
-        let mut command = match umask {
-            Some(mask) => {
+        let mut command = match prelude {
+            Some(prelude) => {
                 let mut sh = Command::new("sh");
                 sh.arg("-c")
-                    .arg(format!("umask {mask} && exec \"$0\" \"$@\""))
+                    .arg(format!("{prelude} && exec \"$0\" \"$@\""))
                     .arg(ZRAMD);
                 sh
             }
