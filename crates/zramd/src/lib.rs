@@ -23,6 +23,11 @@ pub mod registry;
 pub mod serve;
 pub(crate) mod stream;
 pub mod swap;
+#[expect(
+    unsafe_code,
+    reason = "the one module that sets a signal's disposition"
+)]
+pub mod sys;
 pub mod sysfs;
 pub(crate) mod table;
 pub(crate) mod tally;

@@ -347,6 +347,9 @@ fn main() -> std::process::ExitCode {
 fn cli_main() -> anyhow::Result<()> {
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if !matches!(cli.command, Command::Serve(_) | Command::Run(_)) {
+        zramd::sys::die_on_sigpipe();
+    }
     match cli.command {
         Command::Serve(a) => {
             let serve = matches

@@ -167,3 +167,25 @@ fn chain_size_out_of_range_is_a_clear_error() {
         assert!(err.contains("chain size"), "stderr: {err}");
     }
 }
+
+/// Printing into a pipe nobody reads (`zramd classes | head -1` once `head` is done) ends
+/// the command as SIGPIPE ends other tools: no panic, no backtrace on stderr.
+#[test]
+fn a_closed_pipe_ends_the_output_quietly() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_zramd"))
+        .arg("classes")
+        .stdout(writer)
+        .output()
+        .expect("run zramd classes");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGPIPE),
+        "{:?}: {stderr}",
+        out.status
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
