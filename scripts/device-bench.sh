@@ -28,37 +28,59 @@ dir=.device
 # in $dir/NAME.tar.xz, so the lent machine need not have them. Each runs through a wrapper
 # (NAME/wrap/TOOL) that starts it with the carried loader and libraries, so the lent
 # machine's own C library does not matter; nbdkit's wrapper names the carried memory plugin
-# by its path. Returns 1, bundling nothing, when a TOOL is not installed here.
+# by its path. Bundles nothing (and says so) when a TOOL is not installed here; any other
+# failure ends the script (called plainly, never in a condition, so `set -e` holds).
 bundle() {
-  local name=$1 t stage plugin=
+  local name=$1 tool stage libs plugin=
   shift
-  for t in "$@"; do
-    command -v "$t" >/dev/null || { echo "$name: $t is not installed here; the lent machine needs its own"; return 1; }
+  for tool in "$@"; do
+    if ! command -v "$tool" >/dev/null; then
+      echo "$name: $tool is not installed here; the lent machine needs its own"
+      return 0
+    fi
   done
   stage=$(mktemp -d)
   mkdir -p "$stage/$name/bin" "$stage/$name/lib" "$stage/$name/wrap"
-  for t in "$@"; do
-    cp "$(command -v "$t")" "$stage/$name/bin/"
-    [ "$t" = nbdkit ] && plugin=$(nbdkit --dump-config | sed -n 's/^plugindir=//p')/nbdkit-memory-plugin.so
+  for tool in "$@"; do
+    cp "$(command -v "$tool")" "$stage/$name/bin/"
+    if [ "$tool" = nbdkit ]; then
+      plugin=$(nbdkit --dump-config | sed -n 's/^plugindir=//p')/nbdkit-memory-plugin.so
+      cp "$plugin" "$stage/$name/lib/"
+    fi
   done
-  [ -n "$plugin" ] && cp "$plugin" "$stage/$name/lib/"
-  # ldd prints "name => path (address)" for libraries and "path (address)" for the loader.
-  for t in "$stage/$name"/bin/* $plugin; do ldd "$t"; done |
-    awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | sort -u |
+  # ldd prints "name => path (address)" for libraries, "path (address)" for the loader and
+  # "name => not found" for a library it cannot find (then the bundle would not run).
+  libs=$(for f in "$stage/$name"/bin/* $plugin; do ldd "$f"; done)
+  if grep -q "not found" <<<"$libs"; then
+    echo "$name: a library is missing here:" >&2
+    grep "not found" <<<"$libs" >&2
+    exit 1
+  fi
+  awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' <<<"$libs" | sort -u |
     while read -r lib; do cp -L "$lib" "$stage/$name/lib/"; done
-  for t in "$@"; do
+  # In each wrapper, $t is the bundle's folder (found at run time) and the tool is named here.
+  for tool in "$@"; do
     {
       echo '#!/bin/sh'
       echo 't=$(cd "$(dirname "$0")/.." && pwd)'
-      if [ "$t" = nbdkit ]; then
+      if [ "$tool" = nbdkit ]; then
         echo 'for a do shift; [ "$a" = memory ] && a=$t/lib/nbdkit-memory-plugin.so; set -- "$@" "$a"; done'
       fi
-      echo "exec \"\$t/lib/ld-linux-x86-64.so.2\" --library-path \"\$t/lib\" \"\$t/bin/$t\" \"\$@\""
-    } >"$stage/$name/wrap/$t"
-    chmod +x "$stage/$name/wrap/$t"
+      echo "exec \"\$t/lib/ld-linux-x86-64.so.2\" --library-path \"\$t/lib\" \"\$t/bin/$tool\" \"\$@\""
+    } >"$stage/$name/wrap/$tool"
+    chmod +x "$stage/$name/wrap/$tool"
   done
   tar -C "$stage" -cf - "$name" | xz -T0 -9 -c >"$dir/$name.tar.xz"
   rm -rf "$stage"
+}
+
+# The NBD bench's tools (crates/lab/src/bench/nbd.rs asks for each).
+nbd_tools=(nbdkit nbdcopy qemu-img qemu-io)
+have_nbd_tools() {
+  local tool
+  for tool in "${nbd_tools[@]}"; do
+    command -v "$tool" >/dev/null || return 1
+  done
 }
 
 case "${1:-}" in
@@ -76,8 +98,8 @@ pack)
   done
   head -c $((mb * 1000000)) "$tar" | xz -T0 -6 -c >"$dir/input.tar.xz"
   # fio is left out: its storage engines pull in over 20 MB of libraries.
-  bundle tools nbdkit nbdcopy qemu-img qemu-io || true
-  bundle perf perf || true
+  bundle tools "${nbd_tools[@]}"
+  bundle perf perf
   for mode in run:tools profile:perf; do
     set -- "$dir"/zramd.xz "$dir"/zramd-lab.xz "$dir"/input.tar.xz
     [ -e "$dir/${mode#*:}.tar.xz" ] && set -- "$@" "$dir/${mode#*:}.tar.xz"
@@ -136,7 +158,6 @@ profile)
       "$work/zramd-lab" bench --input "$work/input.tar" --algorithm lz4 --threads "$t" --repeat 2 \
       >"$out/profile_bench_$t.txt" 2>&1 || echo "exit $?" >>"$out/profile_bench_$t.txt"
     tail -n 3 "$out/profile_bench_$t.txt"
-    # (sed, not head: an early close of the pipe would end the script under pipefail)
     perf report -i "$work/p$t.data" --no-children -g none --sort dso,sym 2>/dev/null |
       sed -n '/^ *[0-9]/p' | sed -n 1,150p >"$out/profile_flat_$t.txt" || true
     sed -n 1,25p "$out/profile_flat_$t.txt"
@@ -145,8 +166,7 @@ profile)
   ;;
 run)
   # DEVICE_BENCH_TOOLS=carried uses the carried tools even where the machine has its own.
-  if [ -e "$dir/tools.tar.xz" ] && { [ "${DEVICE_BENCH_TOOLS:-}" = carried ] ||
-    ! { command -v nbdkit && command -v nbdcopy && command -v qemu-img; } >/dev/null; }; then
+  if [ -e "$dir/tools.tar.xz" ] && { [ "${DEVICE_BENCH_TOOLS:-}" = carried ] || ! have_nbd_tools; }; then
     unbundle tools
   fi
   # Each run is bounded; a run cut short still leaves what it printed.
@@ -159,11 +179,11 @@ run)
   }
   bench device_lz4 180 bench --input "$work/input.tar" --algorithm lz4 --threads 1,2,4,8,16 --repeat 2
   bench pool 90 bench pool --threads 1,2,4,8,16 --repeat 3
-  if command -v nbdkit >/dev/null && command -v nbdcopy >/dev/null && command -v qemu-img >/dev/null; then
+  if have_nbd_tools; then
     bench nbd 120 bench nbd --input "$work/input.tar" --repeat 1
     bench nbd_connections 120 bench nbd --input "$work/input.tar" --repeat 1 --connections 1,2,4,8,16 --fio-seconds 2
   else
-    echo "nbd: SKIPPED (nbdkit, nbdcopy or qemu-img is not installed)" | tee "$out/nbd.txt" "$out/nbd_connections.txt"
+    echo "nbd: SKIPPED (one of ${nbd_tools[*]} is not installed)" | tee "$out/nbd.txt" "$out/nbd_connections.txt"
   fi
   ;;
 *)

@@ -2,25 +2,39 @@
 //!
 //! A zramd process in a memory cgroup with a limit (a service's `MemoryMax=`, a container's
 //! memory limit) is killed by the cgroup's OOM killer when its pages pass the limit, and
-//! every device's data goes with it: the kernel's zram, whose pages are not charged to a
-//! process, fails the write instead. So each device's `mem_limit` is capped at the pool
-//! budget: the limit less room for what is not in the pools (slot tables, the allocator's
-//! metadata, cached pages, request buffers, the program itself). A write past it fails
-//! with `ENOSPC`, as under `mem_limit`, and the data already stored stays. The cap is per
-//! device: several devices together can still pass the limit; set their `mem_limit`s to
-//! share it.
+//! every device's data goes with it. So `zramd serve` ([`enable`], unless
+//! `--no-cgroup-cap`) caps each device's `mem_limit` at the pool budget: the limit less
+//! room for what is not in the pools (slot tables, the allocator's metadata, cached pages,
+//! request buffers, the program itself). A write past it fails with `ENOSPC`, as under
+//! `mem_limit`, and the data already stored stays. The cap is per device: several devices
+//! together can still pass the limit; set their `mem_limit`s to share it. The limit is
+//! read once, at start. Library users (and `Device`s made without `serve`) are not capped.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Room kept for memory outside the pools: this much plus an eighth of the limit.
-const ROOM: u64 = 32 << 20;
+pub const ROOM: u64 = 32 << 20;
 
-/// Bytes the devices' pools may hold in this process, once read: `None` outside a memory
-/// cgroup with a limit.
+/// Whether devices apply the cap ([`enable`]).
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// Makes every device of this process cap its `mem_limit` at the pool budget from now on
+/// (`zramd serve` calls it before it makes its devices). Returns the cgroup's limit, if
+/// there is one.
+pub fn enable() -> Option<u64> {
+    ENABLED.store(true, Ordering::Relaxed);
+    memory_limit()
+}
+
+/// Bytes the devices' pools may hold, where the cap is on ([`enable`]) and the process is
+/// in a memory cgroup with a limit.
 pub fn pool_budget() -> Option<u64> {
-    static BUDGET: OnceLock<Option<u64>> = OnceLock::new();
-    *BUDGET.get_or_init(|| memory_limit().map(budget_of))
+    if !ENABLED.load(Ordering::Relaxed) {
+        return None;
+    }
+    memory_limit().map(budget_of)
 }
 
 /// The pool budget under a cgroup limit of `limit` bytes: the limit less [`ROOM`] and an
@@ -38,11 +52,14 @@ pub fn capped_mem_limit(bytes: u64) -> u64 {
     }
 }
 
-/// This process's memory cgroup limit in bytes, the lowest on its path to the root;
-/// `None` where there is none (or no cgroup file system to read it from).
+/// This process's memory cgroup limit in bytes, the lowest on its path to the root, read
+/// once; `None` where there is none (or no cgroup file system to read it from).
 pub fn memory_limit() -> Option<u64> {
-    let cgroups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    limit_from(&cgroups, Path::new("/sys/fs/cgroup"))
+    static LIMIT: OnceLock<Option<u64>> = OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        let cgroups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+        limit_from(&cgroups, Path::new("/sys/fs/cgroup"))
+    })
 }
 
 /// The limit for the cgroups listed in `cgroups` (`/proc/self/cgroup`'s text) with the
@@ -58,7 +75,14 @@ fn limit_from(cgroups: &str, root: &Path) -> Option<u64> {
             continue;
         };
         if controllers.split(',').any(|c| c == "memory") {
-            let dir = under(&root.join("memory"), path);
+            // Without a cgroup namespace (a v1 container) the path is the host's, while the
+            // hierarchy mounted here starts at the container's own cgroup: the longest
+            // tail of the path that exists here is the process's cgroup.
+            let mount = root.join("memory");
+            let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+            let dir = (0..=parts.len())
+                .map(|skip| mount.join(parts[skip..].join("/")))
+                .find(|d| d.join("memory.stat").exists())?;
             let stat = std::fs::read_to_string(dir.join("memory.stat")).ok()?;
             let limit = stat
                 .lines()
@@ -69,7 +93,8 @@ fn limit_from(cgroups: &str, root: &Path) -> Option<u64> {
             return real_limit(limit);
         }
     }
-    // cgroup v2: the unified hierarchy ("0::/path"); the lowest `memory.max` on the path.
+    // cgroup v2: the unified hierarchy ("0::/path"); the lowest `memory.max` on the path
+    // (walking up also finds a container's own cgroup mounted as the root).
     let path = cgroups.lines().find_map(|l| l.strip_prefix("0::"))?;
     let mut dir = under(root, path);
     let mut lowest: Option<u64> = None;
@@ -127,6 +152,17 @@ mod tests {
         )
         .unwrap();
         assert_eq!(limit_from(cgroups, root.path()), None, "no limit");
+        // A v1 container without a cgroup namespace: the host's path, the container's
+        // cgroup mounted as the hierarchy's root.
+        std::fs::write(
+            root.path().join("memory/memory.stat"),
+            "hierarchical_memory_limit 67108864\n",
+        )
+        .unwrap();
+        assert_eq!(
+            limit_from("4:memory:/docker/0123abcd\n", root.path()),
+            Some(64 << 20)
+        );
         // v2: the lowest memory.max on the path; "max" is none.
         let v2 = root.path().join("a/b");
         std::fs::create_dir_all(&v2).unwrap();

@@ -216,8 +216,15 @@ impl Device {
     /// ([`crate::cgroup`]), with or without one.
     pub fn set_mem_limit(&self, bytes: u64) {
         self.settings.lock().mem_limit = zram::Size(bytes);
+        let applied = crate::cgroup::capped_mem_limit(bytes);
+        if applied != bytes {
+            tracing::warn!(
+                "{}: mem_limit {bytes} applied as {applied}, the memory cgroup's pool budget",
+                self.name
+            );
+        }
         if let Some(z) = self.zram.read().as_ref() {
-            z.set_mem_limit(crate::cgroup::capped_mem_limit(bytes));
+            z.set_mem_limit(applied);
         }
     }
 

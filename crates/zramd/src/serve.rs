@@ -102,6 +102,11 @@ pub struct ServerSettings {
     #[arg(long)]
     #[serde(default)]
     pub swap_safe: bool,
+    /// Do not cap the devices' `mem_limit` under a memory cgroup's limit (docs/design.md,
+    /// "Limits": by default each device applies at most the limit less room for the rest).
+    #[arg(long)]
+    #[serde(default)]
+    pub no_cgroup_cap: bool,
 }
 
 /// The config file (`--config FILE`).
@@ -423,20 +428,27 @@ pub fn summary(registry: &Registry) -> String {
 
 /// Runs the server until SIGINT, SIGTERM or SIGHUP ([`crate::daemon`]).
 pub fn run(options: &ServeOptions) -> anyhow::Result<()> {
+    let mut options = options.clone();
+    if !options.settings.no_cgroup_cap
+        && let Some(limit) = crate::cgroup::enable()
+    {
+        let budget = crate::cgroup::budget_of(limit);
+        // Request buffers are outside the pools: at most half the room.
+        let buffers = &mut options.settings.nbd.max_in_flight;
+        buffers.0 = buffers.0.min((limit - budget) / 2);
+        println!(
+            "memory cgroup limit {}: each device's mem_limit is at most {}, request buffers \
+             {} (past the budget a write fails with ENOSPC, not the OOM killer; \
+             --no-cgroup-cap to leave them)",
+            crate::human::size(limit),
+            crate::human::size(budget),
+            crate::human::size(buffers.0)
+        );
+    }
+    let options = &options;
     let server = Server::start(options)?;
     let daemon = crate::daemon::Daemon::install(&server.shutdown)?;
     println!("zramd: serving {} device(s)", options.devices.len());
-    if let (Some(limit), Some(budget)) =
-        (crate::cgroup::memory_limit(), crate::cgroup::pool_budget())
-    {
-        println!(
-            "memory cgroup limit {}: each device's mem_limit is at most {} (the rest is room \
-             for tables, metadata and buffers; past it a write fails with ENOSPC, not the OOM \
-             killer)",
-            crate::human::size(limit),
-            crate::human::size(budget)
-        );
-    }
     for spec in &options.devices {
         for at in &server.registry.served_at {
             println!(

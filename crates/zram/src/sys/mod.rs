@@ -63,9 +63,14 @@ pub(crate) fn coarse_secs_since(start: u64) -> u64 {
 /// 2 MiB of the table resident, not 4 KiB. Advice only: refused by kernels without
 /// transparent huge pages, where there is nothing to avoid.
 fn no_huge_pages(ptr: *mut u8, len: usize) {
-    const PAGE: usize = crate::PAGE_SIZE;
-    let start = (ptr as usize).next_multiple_of(PAGE);
-    let end = (ptr as usize + len) / PAGE * PAGE;
+    // The OS's page (4 KiB on x86-64, larger on some arm64 kernels), which `madvise` needs
+    // its range aligned to.
+    // SAFETY: `sysconf` reads a constant of the system.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+        .unwrap_or(crate::PAGE_SIZE)
+        .max(1);
+    let start = (ptr as usize).next_multiple_of(page);
+    let end = (ptr as usize + len) / page * page;
     if start < end {
         // SAFETY: the whole pages of an allocation the caller owns; the advice changes no
         // contents.

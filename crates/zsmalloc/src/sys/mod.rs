@@ -562,6 +562,8 @@ pub fn malloc_trim() -> bool {
 
 /// The flags of this process's mapping that holds `addr`: its `VmFlags` line in
 /// `/proc/self/smaps` (`nh`: no transparent huge pages), or `None` where that cannot be read.
+/// For tests (this crate's and zram's).
+#[doc(hidden)]
 pub fn vm_flags_at(addr: usize) -> Option<String> {
     let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
     let mut inside = false;
