@@ -435,7 +435,7 @@ pub fn run(options: &ServeOptions) -> anyhow::Result<()> {
         let budget = crate::cgroup::budget_of(limit);
         // Request buffers are outside the pools: at most half the room.
         let buffers = &mut options.settings.nbd.max_in_flight;
-        buffers.0 = buffers.0.min((limit - budget) / 2);
+        buffers.0 = buffers.0.min(limit.saturating_sub(budget) / 2);
         println!(
             "memory cgroup limit {}: each device's mem_limit is at most {}, request buffers \
              {} (past the budget a write fails with ENOSPC, not the OOM killer; \
