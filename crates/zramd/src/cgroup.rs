@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Room kept for memory outside the pools: this much plus an eighth of the limit.
-pub const ROOM: u64 = 32 << 20;
+const ROOM: u64 = 32 << 20;
 
 /// Whether devices apply the cap ([`enable`]).
 static ENABLED: AtomicBool = AtomicBool::new(false);
@@ -37,9 +37,9 @@ pub fn pool_budget() -> Option<u64> {
     memory_limit().map(budget_of)
 }
 
-/// The pool budget under a cgroup limit of `limit` bytes: the limit less [`ROOM`] and an
-/// eighth of it, and at least a quarter of it (a small limit leaves little room, but a
-/// budget of 0 would mean no limit at all).
+/// The pool budget under a cgroup limit of `limit` bytes: the limit less 32 MiB (`ROOM`)
+/// and an eighth of it, and at least a quarter of it (a small limit leaves little room, but
+/// a budget of 0 would mean no limit at all).
 pub fn budget_of(limit: u64) -> u64 {
     limit.saturating_sub(ROOM + limit / 8).max(limit / 4).max(1)
 }

@@ -39,15 +39,8 @@ fn a_full_budget_fails_writes_and_the_server_lives() {
     if !have(TEST, "root") || !have(TEST, "nbdcopy") {
         return;
     }
-    let cgroup = match Cgroup::create(
-        &format!("zramd-serve-cgroup-test-{}", std::process::id()),
-        CGROUP_LIMIT,
-    ) {
-        Ok(c) => c,
-        Err(why) => {
-            eprintln!("SKIPPED {TEST}: {why}");
-            return;
-        }
+    let Some(cgroup) = Cgroup::for_test(TEST, CGROUP_LIMIT) else {
+        return;
     };
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("in.img");

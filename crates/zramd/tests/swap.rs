@@ -403,15 +403,8 @@ fn swap_out_and_in() {
         dev: lo.dev.clone(),
         on: true,
     };
-    let cgroup = match Cgroup::create(
-        &format!("zramd-swap-test-{}", std::process::id()),
-        CGROUP_LIMIT,
-    ) {
-        Ok(c) => c,
-        Err(why) => {
-            eprintln!("SKIPPED {TEST}: {why}");
-            return;
-        }
+    let Some(cgroup) = Cgroup::for_test(TEST, CGROUP_LIMIT) else {
+        return;
     };
     let data_before = mm_stat(&dev)[0];
     let (out_before, in_before) = swapped_pages();

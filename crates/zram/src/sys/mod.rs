@@ -5,7 +5,8 @@
 //!
 //! [`zeroed_atomics`] builds a boxed slice from `alloc_zeroed` with the slice's own layout;
 //! all-zero bytes are a valid `AtomicU64`, and the box frees with that same layout. Its
-//! pages are advised against transparent huge pages, which changes no contents.
+//! pages are advised against transparent huge pages (`zsmalloc::sys::no_huge_pages`),
+//! which changes no contents.
 
 use std::sync::atomic::AtomicU64;
 
@@ -29,7 +30,9 @@ pub(crate) fn zeroed_atomics(n: usize) -> Option<Box<[AtomicU64]>> {
         if ptr.is_null() {
             return None;
         }
-        no_huge_pages(ptr.cast(), layout.size());
+        // Where the system's setting is `always`, the first touch of one slot would make
+        // 2 MiB of the table resident, not 4 KiB.
+        zsmalloc::sys::no_huge_pages(ptr.cast(), layout.size());
         Some(Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, n)))
     }
 }
@@ -58,32 +61,6 @@ pub(crate) fn coarse_secs_since(start: u64) -> u64 {
     coarse_nanos().saturating_sub(start) / 1_000_000_000
 }
 
-/// Asks the OS not to back the whole pages inside `ptr..ptr+len` with transparent huge
-/// pages: where the system's setting is `always`, the first touch of one slot would make
-/// 2 MiB of the table resident, not 4 KiB. Advice only: refused by kernels without
-/// transparent huge pages, where there is nothing to avoid.
-fn no_huge_pages(ptr: *mut u8, len: usize) {
-    // The OS's page (4 KiB on x86-64, larger on some arm64 kernels), which `madvise` needs
-    // its range aligned to.
-    // SAFETY: `sysconf` reads a constant of the system.
-    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
-        .unwrap_or(crate::PAGE_SIZE)
-        .max(1);
-    let start = (ptr as usize).next_multiple_of(page);
-    let end = (ptr as usize + len) / page * page;
-    if start < end {
-        // SAFETY: the whole pages of an allocation the caller owns; the advice changes no
-        // contents.
-        unsafe {
-            libc::madvise(
-                start as *mut libc::c_void,
-                end - start,
-                libc::MADV_NOHUGEPAGE,
-            )
-        };
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #[test]
@@ -102,17 +79,12 @@ mod tests {
 
     #[test]
     fn the_table_takes_no_transparent_huge_pages() {
-        if !std::path::Path::new("/sys/kernel/mm/transparent_hugepage").exists() {
-            println!("SKIPPED: this kernel has no transparent huge pages");
-            return;
-        }
         // 32 MiB: as large as a 16 GiB device's table is half of.
         let table = super::zeroed_atomics(4 << 20).expect("table");
         let middle = table[2 << 20].as_ptr() as usize;
-        let flags = zsmalloc::sys::vm_flags_at(middle).expect("the table's mapping in smaps");
-        assert!(
-            flags.split_whitespace().any(|f| f == "nh"),
-            "the table may take huge pages (VmFlags: {flags})"
-        );
+        match zsmalloc::sys::huge_pages_refused_at(middle) {
+            Ok(refused) => assert!(refused, "the table may take huge pages"),
+            Err(why) => println!("SKIPPED the_table_takes_no_transparent_huge_pages: {why}"),
+        }
     }
 }

@@ -24,9 +24,18 @@ pub struct Cgroup {
 }
 
 impl Cgroup {
+    /// A cgroup for the test `test` (named after it and this process) with memory limited
+    /// to `limit` bytes, or `None` after printing `SKIPPED <test>: <why>` where it cannot
+    /// be made here.
+    pub fn for_test(test: &str, limit: u64) -> Option<Self> {
+        Self::create(&format!("zramd-{test}-{}", std::process::id()), limit)
+            .inspect_err(|why| eprintln!("SKIPPED {test}: {why}"))
+            .ok()
+    }
+
     /// Makes the cgroup `name` with memory limited to `limit` bytes and swap unlimited;
     /// Err says why it cannot be made here (no memory controller, a read-only hierarchy…).
-    pub fn create(name: &str, limit: u64) -> Result<Self, String> {
+    fn create(name: &str, limit: u64) -> Result<Self, String> {
         let (parent, version) = memory_parent()?;
         let mut enabled_memory = None;
         if version == Version::V2 {

@@ -22,8 +22,10 @@ use std::sync::Arc;
 use crate::sync::Mutex;
 
 mod cache;
+mod thp;
 
 use cache::{RunCache, SLOTS, Slots, take_run};
+pub use thp::{huge_pages_refused_at, no_huge_pages};
 
 /// Bytes in one page: the OS's page, of which runs are made.
 pub const PAGE_SIZE: usize = 4096;
@@ -64,14 +66,12 @@ impl Arena {
             return Err(std::io::Error::last_os_error());
         }
         let base = NonNull::new(ptr.cast::<u8>()).ok_or_else(std::io::Error::last_os_error)?;
-        // No transparent huge pages here. Runs are a few pages each, faulted in and given
-        // back page by page: where the system's setting is `always`, a huge page faulted in
-        // for one run would be split by the first release and stay whole in memory, outside
-        // the process's RSS, until the kernel's deferred split runs under memory pressure
-        // (measured: 64 of them, 128 MiB, kept after the device was discarded). Refused only
-        // by kernels without transparent huge pages, where there is nothing to avoid.
-        // SAFETY: advice on the mapping just made; it changes no contents.
-        unsafe { libc::madvise(ptr, len, libc::MADV_NOHUGEPAGE) };
+        // Runs are a few pages each, faulted in and given back page by page: where the
+        // system's setting is `always`, a huge page faulted in for one run would be split by
+        // the first release and stay whole in memory, outside the process's RSS, until the
+        // kernel's deferred split runs under memory pressure (measured: 64 of them, 128 MiB,
+        // kept after the device was discarded).
+        no_huge_pages(base.as_ptr(), len);
         Ok(Self { base, len })
     }
 }
@@ -558,32 +558,6 @@ pub fn malloc_trim() -> bool {
     {
         false
     }
-}
-
-/// The flags of this process's mapping that holds `addr`: its `VmFlags` line in
-/// `/proc/self/smaps` (`nh`: no transparent huge pages), or `None` where that cannot be read.
-/// For tests (this crate's and zram's).
-#[doc(hidden)]
-pub fn vm_flags_at(addr: usize) -> Option<String> {
-    let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
-    let mut inside = false;
-    for line in smaps.lines() {
-        let range = line
-            .split_once(' ')
-            .and_then(|(r, _)| r.split_once('-'))
-            .and_then(|(a, b)| {
-                Some((
-                    usize::from_str_radix(a, 16).ok()?,
-                    usize::from_str_radix(b, 16).ok()?,
-                ))
-            });
-        if let Some((start, end)) = range {
-            inside = (start..end).contains(&addr);
-        } else if inside && let Some(flags) = line.strip_prefix("VmFlags:") {
-            return Some(flags.trim().to_string());
-        }
-    }
-    None
 }
 
 #[cfg(test)]
