@@ -2,8 +2,8 @@
 //! a background thread compacts the pool when the pages it could free pass a threshold.
 //! Frees nudge it; otherwise it looks every `interval`, or every [`GROWING_GAP`] while the
 //! pool has grown within the last `interval`, so that it sees a write burst end about an
-//! interval after its last growth, or at its next look when a thread that wrote into a
-//! shard of the pool's classes has ended ([`zsmalloc::shard_thread_exits`]).
+//! interval after its last growth, or at once when a thread that wrote into a shard of the
+//! pool's classes has ended ([`zsmalloc::shard_thread_exits`]: the ending thread nudges it).
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -60,6 +60,8 @@ struct Signal {
 pub struct Compactor {
     signal: Arc<(Mutex<Signal>, Condvar)>,
     thread: Option<JoinHandle<()>>,
+    /// Nudges the thread whenever a thread that wrote into a class shard ends.
+    _exits: zsmalloc::ExitWatch,
 }
 
 impl Compactor {
@@ -71,19 +73,35 @@ impl Compactor {
             .name("zram-compact".into())
             .spawn(move || run(&*pool, policy, &theirs))
             .ok();
-        Self { signal, thread }
+        Self {
+            _exits: watch_exits(&signal),
+            signal,
+            thread,
+        }
     }
 
     /// Asks the thread to look now (or, if it looked less than [`MIN_GAP`] ago, then).
     /// Cheap when it is already asked: no wake-up per free.
     pub fn nudge(&self) {
-        let (m, cv) = &*self.signal;
-        let mut s = m.lock();
-        if !s.nudged {
-            s.nudged = true;
-            cv.notify_one();
-        }
+        nudge(&self.signal);
     }
+}
+
+fn nudge(signal: &(Mutex<Signal>, Condvar)) {
+    let (m, cv) = signal;
+    let mut s = m.lock();
+    if !s.nudged {
+        s.nudged = true;
+        cv.notify_one();
+    }
+}
+
+/// Nudges through `signal` each time a thread that wrote into a class shard ends: what it
+/// spread merges at once, not at the thread's next poll (up to [`GROWING_GAP`] later; a
+/// read-back of the burst on many cores takes about that long).
+fn watch_exits(signal: &Arc<(Mutex<Signal>, Condvar)>) -> zsmalloc::ExitWatch {
+    let signal = Arc::clone(signal);
+    zsmalloc::watch_shard_thread_exits(move || nudge(&signal))
 }
 
 /// The time between two looks while the pool grows (see `run`).
@@ -134,8 +152,9 @@ fn run(pool: &dyn Backend, policy: AutoCompact, signal: &(Mutex<Signal>, Condvar
             policy.interval.min(GROWING_GAP)
         };
         // A thread gone that wrote into a shard other than its class's home left partly
-        // used zspages nobody fills any more: this look counts as quiet, so that they merge
-        // now (threads still writing spread anew, up to a zspage per class each).
+        // used zspages nobody fills any more (and nudged this look): it counts as quiet, so
+        // that they merge now (threads still writing spread anew, up to a zspage per class
+        // each).
         let now_exits = zsmalloc::shard_thread_exits();
         let ended = now_exits != exits;
         exits = now_exits;
@@ -199,5 +218,27 @@ mod tests {
             pool.free(h).unwrap();
         }
         assert_eq!(pool.total_pages(), 0);
+    }
+
+    #[test]
+    fn an_ended_shard_writer_nudges() {
+        let pool = Pool::new(8).unwrap();
+        let signal = Arc::new((Mutex::new(Signal::default()), Condvar::new()));
+        let watch = watch_exits(&signal);
+        let nudged = || std::mem::take(&mut signal.0.lock().nudged);
+        // (Other tests' threads may end meanwhile and nudge too: only a nudge is checked,
+        // never its absence.) A thread that wrote into shard 3 nudges before its join
+        // returns.
+        let h = std::thread::scope(|s| {
+            s.spawn(|| {
+                zsmalloc::pin_malloc_shard(Some(3));
+                pool.malloc(500).unwrap()
+            })
+            .join()
+            .unwrap()
+        });
+        assert!(nudged(), "an ended shard writer did not nudge");
+        drop(watch);
+        pool.free(h).unwrap();
     }
 }

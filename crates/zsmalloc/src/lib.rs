@@ -74,5 +74,5 @@ pub use sys::PAGE_SIZE;
 pub use sysmalloc::{MALLOC_CHUNK_HEADER, SysMalloc};
 #[doc(hidden)]
 pub use thread::pin_malloc_shard;
-pub use thread::{shard_thread_exits, thread_number};
+pub use thread::{ExitWatch, shard_thread_exits, thread_number, watch_shard_thread_exits};
 pub use zbud::{CHUNK_SIZE as ZBUD_CHUNK_SIZE, Zbud};

@@ -27,8 +27,9 @@
 //! shard once more and shortening (so that nothing moves into a short zspage); then the class counts as unsharded again, so new objects go to the
 //! home shard until threads contend for it anew. The device's automatic compaction counts
 //! what merging would give back ([`Pool::compactable_pages`]) once the pool stops growing,
-//! or at its next look after a thread that allocated outside the home shards ended
-//! ([`crate::shard_thread_exits`]): the end of a write burst merges what it spread.
+//! or at once when a thread that allocated outside the home shards ends (it tells the
+//! compactor: [`crate::watch_shard_thread_exits`]): the end of a write burst merges what
+//! it spread.
 
 use crate::class::ClassGeometry;
 use crate::compact::HOLD_BYTES;

@@ -3,7 +3,8 @@
 //! than a class's home, and the tests' hook that pins a thread to a shard.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// A small number naming the calling thread, handed out in order of first use: a sharded
 /// class's shard for this thread is `thread_number() % shards`, afmalloc's home heap is
@@ -29,7 +30,50 @@ impl Drop for ShardUser {
     fn drop(&mut self) {
         if self.0.get() {
             SHARD_EXITS.fetch_add(1, Ordering::Release);
+            // Called outside the list's lock, so that a watcher may drop its watch.
+            let watchers: Vec<Watcher> = watchers().iter().map(|(_, w)| Arc::clone(w)).collect();
+            for w in watchers {
+                w();
+            }
         }
+    }
+}
+
+/// What a [`watch_shard_thread_exits`] caller asked to run.
+type Watcher = Arc<dyn Fn() + Send + Sync>;
+
+/// The watchers, by the number of their [`ExitWatch`]. (A plain `std` lock: it is taken
+/// while a thread's locals are torn down, and only when a watch is made or dropped or a
+/// counted thread ends.)
+static WATCHERS: std::sync::Mutex<Vec<(u64, Watcher)>> = std::sync::Mutex::new(Vec::new());
+
+fn watchers() -> std::sync::MutexGuard<'static, Vec<(u64, Watcher)>> {
+    // A watcher runs outside the lock: nothing can poison it but a failed allocation.
+    WATCHERS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Runs `watcher` on every thread that [`shard_thread_exits`] counts, as it ends, right
+/// after the count moved (so a background compactor can look at once instead of at its
+/// next poll), until the returned watch is dropped. `watcher` runs while the ending
+/// thread's locals are torn down: it must be short and must not use thread-locals of its
+/// own. (It may run once more while its watch is being dropped.)
+#[must_use = "the watcher runs until the watch is dropped"]
+pub fn watch_shard_thread_exits(watcher: impl Fn() + Send + Sync + 'static) -> ExitWatch {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let id = NEXT.fetch_add(1, Ordering::Relaxed);
+    watchers().push((id, Arc::new(watcher)));
+    ExitWatch(id)
+}
+
+/// Keeps a [`watch_shard_thread_exits`] watcher registered; dropping it removes it.
+#[derive(Debug)]
+pub struct ExitWatch(u64);
+
+impl Drop for ExitWatch {
+    fn drop(&mut self) {
+        watchers().retain(|(id, _)| *id != self.0);
     }
 }
 

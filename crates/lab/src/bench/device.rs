@@ -6,8 +6,8 @@
 //!
 //! Memory is read twice on each side: right after the read-back (`mm_stat`), and at rest,
 //! once `mem_used_total` has not changed for a while ([`settled`]). zramd's automatic
-//! compaction merges what a write burst spread over class shards within about 50 ms of
-//! the writer threads' end (they are joined before the read-back starts), or, with threads
+//! compaction merges what a write burst spread over class shards as the writer threads end
+//! (each ending writer nudges it; they are joined before the read-back starts), or, with threads
 //! that live on, a quarter second after the pool stops growing; and shortens the last
 //! partly used zspages once it has stood still for that quarter second. The kernel's zram
 //! compacts only when told, so its figure at rest is its figure after the read-back, read
