@@ -26,6 +26,8 @@ enum Command {
 fn main() -> std::process::ExitCode {
     // The untar bench serves a device in-process: its log goes where `zramd serve`'s does.
     zramd::logging::init();
+    // `zramd-lab bench … | head` stops quietly, as `zramd bench` does.
+    zramd::sys::die_on_sigpipe();
     // A failed bench prints one line, as `zramd` does (no backtrace with RUST_BACKTRACE).
     zramd::logging::exit_status(
         "zramd-lab",
