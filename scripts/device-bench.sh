@@ -8,9 +8,9 @@
 #       xz-compressed, in .device/ (ignored by git; carry it)
 #   scripts/device-bench.sh run
 #       there, as root with OUT set: the library path beside the kernel's zram at 1-16
-#       threads, the pool's scaling curve, and the NBD bench and its curve over 1-16
+#       threads (with and without faulting fresh pages in ahead), the pool's scaling curve, and the NBD bench and its curve over 1-16
 #       connections (with the machine's own nbdkit, nbdcopy and qemu-img, else the carried
-#       ones); one text file per measurement in $OUT. About 90 s on a 16-core machine.
+#       ones); one text file per measurement in $OUT. About 2 minutes on a 16-core machine.
 #       Carry .device/zramd.xz, .device/zramd-lab.xz, .device/input.tar.xz and
 #       .device/tools.tar.xz (all of .device is over the limit once perf is packed).
 #   scripts/device-bench.sh profile
@@ -178,6 +178,8 @@ run)
     tail -n 12 "$out/$name.txt"
   }
   bench device_lz4 180 bench --input "$work/input.tar" --algorithm lz4 --threads 1,2,4,8,16 --repeat 2
+  # The same without the page source's thread that faults fresh pages in ahead.
+  bench device_lz4_no_ahead 180 bench --input "$work/input.tar" --algorithm lz4 --threads 1,2,4,8,16 --repeat 2 --no-fault-ahead
   bench pool 90 bench pool --threads 1,2,4,8,16 --repeat 3
   if have_nbd_tools; then
     bench nbd 120 bench nbd --input "$work/input.tar" --repeat 1

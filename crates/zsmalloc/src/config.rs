@@ -61,6 +61,15 @@ pub struct PoolConfig {
     /// page lists); the rest go back to the OS at once.
     #[cfg_attr(feature = "clap", arg(skip = DEFAULT_PAGE_CACHE_PAGES))]
     pub page_cache_pages: usize,
+    /// Fault fresh pages in ahead while the pool grows, on a thread of the pool's own, so
+    /// that writers find them resident (with `populate`; at most a quarter of
+    /// `page_cache_pages`, reported with the cached pages). On by default;
+    /// `--no-fault-ahead` (config key `fault_ahead = false`) turns it off.
+    #[cfg_attr(
+        feature = "clap",
+        arg(long = "no-fault-ahead", action = clap::ArgAction::SetFalse)
+    )]
+    pub fault_ahead: bool,
 }
 
 /// Which locks guard a zsmalloc pool's size classes.
@@ -141,6 +150,7 @@ impl Default for PoolConfig {
             chain_size: DEFAULT_CHAIN_SIZE,
             populate: true,
             page_cache_pages: DEFAULT_PAGE_CACHE_PAGES,
+            fault_ahead: true,
             shards: 0,
             locking: Locking::default(),
             geometry: Geometry::default(),

@@ -104,7 +104,7 @@ impl Pool {
         Ok(Self {
             shards: Shards::new(&table, config.locking, per_class),
             table,
-            source: PageSource::new(config.populate, config.page_cache_pages),
+            source: PageSource::new(config.populate, config.page_cache_pages, config.fault_ahead),
             pages_allocated: CachePadded::new(AtomicUsize::new(0)),
             pages_compacted: AtomicU64::new(0),
             pages_folded: AtomicU64::new(0),

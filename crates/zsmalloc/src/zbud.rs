@@ -222,7 +222,7 @@ impl Zbud {
                 unbuddied: [NONE; NCHUNKS],
                 objects: 0,
             }),
-            source: PageSource::new(config.populate, config.page_cache_pages),
+            source: PageSource::new(config.populate, config.page_cache_pages, config.fault_ahead),
             huge_class_size: config.huge_class_size()?,
         })
     }

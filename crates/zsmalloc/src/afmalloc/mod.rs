@@ -96,7 +96,7 @@ impl Afmalloc {
             heaps: (0..heaps)
                 .map(|_| CachePadded::new(Mutex::new(Heap::new())))
                 .collect(),
-            source: PageSource::new(config.populate, config.page_cache_pages),
+            source: PageSource::new(config.populate, config.page_cache_pages, config.fault_ahead),
             huge_class_size,
             objects: AtomicUsize::new(0),
             pages_compacted: AtomicU64::new(0),

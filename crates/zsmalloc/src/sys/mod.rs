@@ -11,6 +11,9 @@
 //!   source hands out each page range to at most one live run. Therefore `&PageRun` may
 //!   lend `&[u8]` and `&mut PageRun` may lend `&mut [u8]` over exactly that range: Rust's
 //!   aliasing rules on the run carry over to the memory.
+//! - Pages of the reserve (`ahead.rs`) belong to no run: a chunk is claimed from the arena
+//!   under the source's lock, faulted in by the source's thread alone, then published, and
+//!   `alloc` carves runs from it under the lock, as from the arena.
 //! - When a run is dropped, its pages are given back to the OS (`MADV_DONTNEED`, so they
 //!   read as zeroes afterwards) before the range is recorded as free for reuse.
 //! - A [`HeapObject`] is the unique owner of one live `malloc` allocation of `len`
@@ -21,10 +24,14 @@ use std::sync::Arc;
 
 use crate::sync::Mutex;
 
+mod ahead;
 mod cache;
+mod free;
 mod thp;
 
-use cache::{RunCache, SLOTS, Slots, take_run};
+use ahead::{Ahead, Reserve};
+use cache::{RunCache, SLOTS, Slots};
+use free::FreeRuns;
 pub use thp::{huge_pages_refused_at, no_huge_pages};
 
 /// Bytes in one page: the OS's page, of which runs are made.
@@ -95,6 +102,8 @@ struct SourceInner {
     free: FreeRuns,
     /// Resident free runs kept for immediate reuse: the shared cache.
     cache: RunCache,
+    /// Fresh pages faulted in ahead (`ahead.rs`).
+    reserve: Reserve,
     /// Pages given back to the OS so far.
     pages_released: u64,
 }
@@ -110,7 +119,9 @@ struct SourceInner {
 /// limit. Letting a thread use the other slots when both are full or empty cost the 2-thread
 /// churn about 0.04 of its 2/1 ratio in four alternations: their cache lines move between
 /// CPUs again.) A run that finds its slot and the shared cache full goes back with half the
-/// shared cache (at most `MAX_BATCH` runs), in one call. Cached pages are reported
+/// shared cache (at most `MAX_BATCH` runs), in one call. While the pool grows into fresh
+/// pages, a thread of the source's own faults the next ones in ahead (`ahead.rs`). Cached
+/// pages, the reserve faulted in ahead among them, are reported
 /// ([`cached_pages`](Self::cached_pages)) and can be released at any time
 /// ([`trim`](Self::trim)).
 #[derive(Debug)]
@@ -120,19 +131,23 @@ pub struct PageSource {
     populate: bool,
     /// The shared cache's limit: `cache_limit` less what the slots may keep.
     shared_limit: usize,
+    ahead: Ahead,
 }
 
 impl PageSource {
     /// A page source. With `populate`, every new run is faulted in at once (one
-    /// `MADV_POPULATE_WRITE`), so the process holds exactly the pages the runs hold.
-    /// `cache_limit` bounds the pages of freed runs kept resident for reuse.
-    pub fn new(populate: bool, cache_limit: usize) -> Arc<Self> {
+    /// `MADV_POPULATE_WRITE`), so the process holds exactly the pages the runs hold, and,
+    /// with `fault_ahead` too, up to a quarter of `cache_limit` fresh pages are faulted in
+    /// ahead while the pool grows (`ahead.rs`). `cache_limit` bounds the pages of freed runs
+    /// kept resident for reuse.
+    pub fn new(populate: bool, cache_limit: usize, fault_ahead: bool) -> Arc<Self> {
         let slots = Slots::new(cache_limit);
         Arc::new(Self {
             inner: Mutex::new(SourceInner::default()),
             shared_limit: cache_limit - slots.limit * SLOTS,
             slots,
             populate,
+            ahead: Ahead::new(fault_ahead, populate, cache_limit),
         })
     }
 
@@ -144,30 +159,30 @@ impl PageSource {
         let slot = self.slots.own();
         let mut cache = slot.cache.lock();
         let mut resident = true;
+        let mut wake = false;
         let addr = match cache.take(pages) {
             Some(addr) => addr,
             None => {
                 let mut inner = self.inner.lock();
-                if let Some(addr) = inner.cache.take(pages) {
+                let addr = if let Some(addr) = inner.cache.take(pages) {
+                    addr
+                } else if let Some(addr) = inner.take_reserved(pages, self.shared_limit) {
                     addr
                 } else if let Some(addr) = inner.take_free(pages) {
                     resident = false;
                     addr
                 } else {
-                    if inner.arenas.is_empty() || inner.bump + pages > ARENA_PAGES {
-                        let arena = Arena::map(ARENA_PAGES * PAGE_SIZE)?;
-                        inner.arenas.push(arena);
-                        inner.bump = 0;
-                    }
                     resident = false;
-                    let base = inner.arenas.last().map_or(0, |a| a.base.as_ptr() as usize);
-                    let addr = base + inner.bump * PAGE_SIZE;
-                    inner.bump += pages;
-                    addr
-                }
+                    inner.claim_fresh(pages)?
+                };
+                wake = self.ahead.wanted(&mut inner);
+                addr
             }
         };
         drop(cache);
+        if wake {
+            self.ahead.wake(self);
+        }
         slot.took(pages);
         let ptr = NonNull::new(addr as *mut u8).ok_or_else(std::io::Error::last_os_error)?;
         if self.populate && !resident {
@@ -198,7 +213,8 @@ impl PageSource {
     /// Pages of freed runs kept resident for reuse (in the slots and the shared cache).
     pub fn cached_pages(&self) -> usize {
         let slots: usize = self.slots.iter().map(|s| s.cache.lock().pages).sum();
-        slots + self.inner.lock().cache.pages
+        let inner = self.inner.lock();
+        slots + inner.cache.pages + inner.reserve.pages
     }
 
     /// Gives every cached run back to the OS; returns the pages released.
@@ -207,7 +223,11 @@ impl PageSource {
         for slot in self.slots.iter() {
             slot.cache.lock().drain_into(&mut runs);
         }
-        self.inner.lock().cache.drain_into(&mut runs);
+        {
+            let mut inner = self.inner.lock();
+            inner.cache.drain_into(&mut runs);
+            inner.reserve.drain_into(&mut runs);
+        }
         dont_need_runs(&runs);
         let released = runs.iter().map(|&(_, pages)| pages).sum();
         let mut inner = self.inner.lock();
@@ -258,8 +278,7 @@ impl PageSource {
     pub fn metadata_bytes(&self) -> usize {
         let slots: usize = self.slots.iter().map(|s| s.cache.lock().capacity()).sum();
         let inner = self.inner.lock();
-        let listed: usize =
-            inner.free.lists.iter().map(Vec::capacity).sum::<usize>() + inner.cache.capacity();
+        let listed: usize = inner.free.capacity() + inner.cache.capacity();
         (listed + slots) * std::mem::size_of::<usize>()
             + inner.arenas.capacity() * std::mem::size_of::<Arena>()
             + SLOTS * std::mem::size_of::<crossbeam_utils::CachePadded<cache::Slot>>()
@@ -271,75 +290,25 @@ impl PageSource {
     }
 }
 
+impl Drop for PageSource {
+    fn drop(&mut self) {
+        self.ahead.stop();
+    }
+}
+
 impl SourceInner {
-    /// Lists a released run.
-    fn free_run(&mut self, addr: usize, pages: usize) {
-        self.free.lists[pages].push(addr);
-        self.free.merged = false;
-    }
-
-    /// A released run of `pages`: an exact fit, else split from the shortest longer run;
-    /// failing both, once per batch of frees, free neighbours are merged and it tries again.
-    fn take_free(&mut self, pages: usize) -> Option<usize> {
-        if let Some(addr) = take_run(&mut self.free.lists, pages) {
-            return Some(addr);
+    /// `pages` fresh pages from the last arena's untouched end (a new arena when it has
+    /// too few left), as an address.
+    fn claim_fresh(&mut self, pages: usize) -> std::io::Result<usize> {
+        if self.arenas.is_empty() || self.bump + pages > ARENA_PAGES {
+            let arena = Arena::map(ARENA_PAGES * PAGE_SIZE)?;
+            self.arenas.push(arena);
+            self.bump = 0;
         }
-        if self.free.merged {
-            return None;
-        }
-        let arenas: Vec<(usize, usize)> = self
-            .arenas
-            .iter()
-            .map(|a| (a.base.as_ptr() as usize, a.base.as_ptr() as usize + a.len))
-            .collect();
-        self.free.merge(&arenas);
-        take_run(&mut self.free.lists, pages)
-    }
-}
-
-/// Released runs by length (up to [`MAX_RUN_PAGES`] pages), as addresses. Splitting long runs
-/// for short zspages leaves short ones behind; when no listed run fits a request, free
-/// neighbours of one arena are merged (runs longer than `MAX_RUN_PAGES` are listed in
-/// pieces), so the address space is not fragmented for good.
-#[derive(Debug, Default)]
-struct FreeRuns {
-    lists: [Vec<usize>; MAX_RUN_PAGES + 1],
-    /// No run was freed since the last merge.
-    merged: bool,
-}
-
-impl FreeRuns {
-    fn merge(&mut self, arenas: &[(usize, usize)]) {
-        let mut runs: Vec<(usize, usize)> = Vec::new();
-        for (pages, list) in self.lists.iter_mut().enumerate() {
-            runs.extend(list.drain(..).map(|addr| (addr, pages)));
-        }
-        runs.sort_unstable();
-        let same_arena = |a: usize, b: usize| {
-            arenas
-                .iter()
-                .any(|&(start, end)| (start..end).contains(&a) && (start..end).contains(&b))
-        };
-        let mut merged: Vec<(usize, usize)> = Vec::with_capacity(runs.len());
-        for (addr, pages) in runs {
-            match merged.last_mut() {
-                Some((start, len))
-                    if *start + *len * PAGE_SIZE == addr && same_arena(*start, addr) =>
-                {
-                    *len += pages;
-                }
-                _ => merged.push((addr, pages)),
-            }
-        }
-        for (mut addr, mut pages) in merged {
-            while pages > 0 {
-                let piece = pages.min(MAX_RUN_PAGES);
-                self.lists[piece].push(addr);
-                addr += piece * PAGE_SIZE;
-                pages -= piece;
-            }
-        }
-        self.merged = true;
+        let base = self.arenas.last().map_or(0, |a| a.base.as_ptr() as usize);
+        let addr = base + self.bump * PAGE_SIZE;
+        self.bump += pages;
+        Ok(addr)
     }
 }
 
@@ -436,8 +405,8 @@ unsafe fn dont_need_vectored(ranges: &[(usize, usize)]) -> bool {
 
 /// Faults a range in for writing, so its pages are resident right away.
 fn populate(ptr: NonNull<u8>, len: usize) {
-    // SAFETY: `ptr..ptr+len` is a run just handed out, owned by the caller, inside a live
-    // arena; populating does not change its contents (fresh or DONTNEED'd pages are zero).
+    // SAFETY: `ptr..ptr+len` is a run just handed out, owned by the caller, or a chunk
+    // claimed for the reserve, which no run owns yet, inside a live arena; populating does not change its contents (fresh or DONTNEED'd pages are zero).
     let rc = unsafe { libc::madvise(ptr.as_ptr().cast(), len, libc::MADV_POPULATE_WRITE) };
     if rc != 0 {
         // Kernels before 5.14: touch one byte per page instead.

@@ -4,7 +4,7 @@ use super::*;
 
 #[test]
 fn runs_are_zeroed_reused_and_released() {
-    let src = PageSource::new(true, 0);
+    let src = PageSource::new(true, 0, false);
     let mut run = src.alloc(3).unwrap();
     assert!(run.bytes().iter().all(|&b| b == 0));
     run.bytes_mut()[5000] = 7;
@@ -23,7 +23,7 @@ fn runs_are_zeroed_reused_and_released() {
 
 #[test]
 fn cache_keeps_a_bounded_number_of_pages_resident() {
-    let src = PageSource::new(true, 4);
+    let src = PageSource::new(true, 4, false);
     let mut a = src.alloc(2).unwrap();
     a.bytes_mut()[0] = 9;
     let b = src.alloc(3).unwrap();
@@ -45,7 +45,7 @@ fn cache_keeps_a_bounded_number_of_pages_resident() {
 
 #[test]
 fn a_run_that_overflows_the_cache_goes_back_with_half_of_it() {
-    let src = PageSource::new(true, 4);
+    let src = PageSource::new(true, 4, false);
     let mut runs: Vec<PageRun> = (0..5).map(|_| src.alloc(2).unwrap()).collect();
     for r in &mut runs {
         r.bytes_mut()[0] = 9;
@@ -80,7 +80,7 @@ fn a_run_that_overflows_the_cache_goes_back_with_half_of_it() {
 
 #[test]
 fn released_neighbours_merge_and_serve_longer_runs() {
-    let src = PageSource::new(true, 0);
+    let src = PageSource::new(true, 0, false);
     let runs: Vec<PageRun> = (0..3).map(|_| src.alloc(8).unwrap()).collect();
     let first = runs[0].bytes().as_ptr() as usize;
     let reserved = src.reserved_bytes();
@@ -113,7 +113,7 @@ fn released_neighbours_merge_and_serve_longer_runs() {
 #[test]
 fn a_thread_keeps_freed_runs_in_its_slot_first_and_the_limit_holds_in_all() {
     // 1024 pages: each of the 16 slots keeps 32, the shared cache 512.
-    let src = PageSource::new(true, 1024);
+    let src = PageSource::new(true, 1024, false);
     assert_eq!((src.slots.limit, src.shared_limit), (32, 512));
     let runs: Vec<PageRun> = (0..300).map(|_| src.alloc(4).unwrap()).collect();
     let eighth = runs[7].bytes().as_ptr() as usize;
@@ -142,7 +142,7 @@ fn a_thread_keeps_freed_runs_in_its_slot_first_and_the_limit_holds_in_all() {
 
 #[test]
 fn runs_freed_by_other_threads_are_counted_once() {
-    let src = PageSource::new(true, 1024);
+    let src = PageSource::new(true, 1024, false);
     let runs: Vec<PageRun> = (0..64).map(|_| src.alloc(3).unwrap()).collect();
     assert_eq!(src.pages_live(), 192);
     // Freed by other threads (into their slots, or the shared cache), half each.
@@ -169,10 +169,90 @@ fn runs_freed_by_other_threads_are_counted_once() {
 
 #[test]
 fn arenas_take_no_transparent_huge_pages() {
-    let src = PageSource::new(true, 0);
+    let src = PageSource::new(true, 0, false);
     let run = src.alloc(1).unwrap();
     match huge_pages_refused_at(run.bytes().as_ptr() as usize) {
         Ok(refused) => assert!(refused, "the arena may take huge pages"),
         Err(why) => println!("SKIPPED arenas_take_no_transparent_huge_pages: {why}"),
     }
+}
+
+/// Pages of `pages` from `addr` that are resident (`mincore`).
+fn resident(addr: usize, pages: usize) -> usize {
+    let mut vec = vec![0u8; pages];
+    // SAFETY: `mincore` only reads the page tables of the range (inside a live arena) and
+    // writes one byte per page into `vec`, which has room for them.
+    let rc = unsafe {
+        libc::mincore(
+            addr as *mut libc::c_void,
+            pages * PAGE_SIZE,
+            vec.as_mut_ptr(),
+        )
+    };
+    assert_eq!(rc, 0, "mincore: {}", std::io::Error::last_os_error());
+    vec.iter().filter(|&&b| b & 1 != 0).count()
+}
+
+#[test]
+fn a_growing_source_faults_a_reserve_in_ahead_and_carves_runs_from_it() {
+    // A cache limit of 1024 pages: a reserve of at most 256, faulted in 128 at a time.
+    let src = PageSource::new(true, 1024, true);
+    assert_eq!(src.ahead.max, 256);
+    // A fresh run, taken from the arena: the source's thread is asked for a chunk.
+    let first = src.alloc(4).unwrap();
+    let start = std::time::Instant::now();
+    while src.cached_pages() < 128 && start.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert_eq!(src.cached_pages(), 128, "no chunk faulted in ahead");
+    let window = src.inner.lock().reserve.addr;
+    assert_eq!(
+        window,
+        first.bytes().as_ptr() as usize + 4 * PAGE_SIZE,
+        "the chunk is the arena's next fresh pages"
+    );
+    assert_eq!(resident(window, 128), 128, "the reserve is not faulted in");
+    assert_eq!(src.pages_live(), 4);
+    // The next run comes from the window's front, resident and zero; the window, now under
+    // half the bound, is extended by the next chunk.
+    let second = src.alloc(16).unwrap();
+    assert_eq!(second.bytes().as_ptr() as usize, window);
+    assert!(second.bytes().iter().all(|&b| b == 0));
+    while src.cached_pages() < 240 && start.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert_eq!(src.cached_pages(), 112 + 128, "the window not extended");
+    assert_eq!(resident(window + 16 * PAGE_SIZE, 240), 240);
+    // Trimmed: the reserve goes back to the OS with the cache.
+    assert_eq!(src.trim(), 240);
+    assert_eq!(src.cached_pages(), 0);
+    assert_eq!(
+        resident(window + 16 * PAGE_SIZE, 240),
+        0,
+        "the reserve stayed resident"
+    );
+    drop((first, second));
+}
+
+#[test]
+fn no_reserve_while_released_runs_are_left_to_reuse() {
+    let src = PageSource::new(true, 1024, true);
+    {
+        let mut inner = src.inner.lock();
+        assert!(src.ahead.wanted(&mut inner), "a fresh source grows");
+        assert!(
+            !src.ahead.wanted(&mut inner),
+            "one chunk on its way at a time"
+        );
+    }
+    let src = PageSource::new(true, 64, true);
+    let runs: Vec<PageRun> = (0..40).map(|_| src.alloc(4).unwrap()).collect();
+    drop(runs);
+    assert!(src.pages_released() > 0, "runs past the cache are released");
+    // Released runs cost no memory until reused, and are reused first: no reserve is
+    // faulted in while one is left (asked with the reserve empty and no chunk on its way).
+    let mut inner = src.inner.lock();
+    inner.reserve.drain_into(&mut Vec::new());
+    inner.reserve.in_flight = false;
+    assert!(!src.ahead.wanted(&mut inner));
 }
