@@ -212,11 +212,23 @@ pub struct MmStat {
     /// Ours: bytes of metadata (slot table and allocator bookkeeping), outside
     /// `mem_used_total`.
     pub metadata_bytes: u64,
-    /// Ours: bytes of freed zspage pages kept resident for reuse, outside `mem_used_total`.
+    /// Ours: bytes of freed zspage pages kept resident for reuse, and of fresh pages
+    /// faulted in ahead, outside `mem_used_total`.
     pub cached_bytes: u64,
 }
 
 impl MmStat {
+    /// The figures that only the device's callers move: without the cached pages and the
+    /// metadata, which the pool's own thread also moves while it faults fresh pages in
+    /// ahead (zsmalloc's `PoolConfig::fault_ahead`), even on a device nobody touches.
+    pub fn without_background(self) -> Self {
+        Self {
+            metadata_bytes: 0,
+            cached_bytes: 0,
+            ..self
+        }
+    }
+
     /// The line of `/sys/block/zramN/mm_stat`, byte for byte in its first nine fields.
     pub fn format(&self) -> String {
         let fields: Vec<String> = self.fields().iter().map(|v| format!("{v:8}")).collect();

@@ -54,7 +54,8 @@ pub struct PoolConfig {
         arg(long, value_enum, default_value_t = Locking::default())
     )]
     pub locking: Locking,
-    /// Fault every new zspage in at once so that process RSS equals the pages held.
+    /// Fault every new zspage in at once so that process RSS follows the pages held (with
+    /// the cached ones: `page_cache_pages`, and those `fault_ahead` faults in).
     #[cfg_attr(feature = "clap", arg(skip = true))]
     pub populate: bool,
     /// Pages of freed zspages kept resident for immediate reuse (like the kernel's per-cpu

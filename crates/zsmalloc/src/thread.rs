@@ -58,7 +58,8 @@ fn watchers() -> std::sync::MutexGuard<'static, Vec<(u64, Watcher)>> {
 /// after the count moved (so a background compactor can look at once instead of at its
 /// next poll), until the returned watch is dropped. `watcher` runs while the ending
 /// thread's locals are torn down: it must be short and must not use thread-locals of its
-/// own. (It may run once more while its watch is being dropped.)
+/// own. (An ending thread that took it before the watch was dropped may still run it
+/// after the drop returned.)
 #[must_use = "the watcher runs until the watch is dropped"]
 pub fn watch_shard_thread_exits(watcher: impl Fn() + Send + Sync + 'static) -> ExitWatch {
     static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -73,7 +74,15 @@ pub struct ExitWatch(u64);
 
 impl Drop for ExitWatch {
     fn drop(&mut self) {
-        watchers().retain(|(id, _)| *id != self.0);
+        // Dropped after the lock: what the watcher holds may end a counted thread.
+        let _gone: Vec<(u64, Watcher)> = {
+            let mut all = watchers();
+            let (gone, kept) = std::mem::take(&mut *all)
+                .into_iter()
+                .partition(|(id, _)| *id == self.0);
+            *all = kept;
+            gone
+        };
     }
 }
 

@@ -4,21 +4,30 @@
 //! (`MADV_POPULATE_WRITE`: the kernel's page allocation, zeroing, memory-cgroup charge and
 //! LRU insertion, per page) was about a tenth of a writer's time. The kernel's zram pays
 //! only the allocation: its pages are neither zeroed nor charged nor on an LRU. So while
-//! the pool grows (no released run is left to reuse), a background thread claims the next
-//! chunk of fresh arena pages, faults it in, and publishes it as the *reserve*: a window of
-//! resident pages that `alloc` carves runs from without a fault, on the writer's CPU. When
-//! the writers keep every CPU busy this moves the work rather than saving it; when a CPU is
-//! free (a single NBD connection, or fewer writers than CPUs) the writers go faster.
+//! the pool grows into fresh pages (runs come from the arena's untouched end or the
+//! reserve, not from released runs, which are reused first), a background thread claims
+//! the next chunk of fresh arena pages, faults it in, and publishes it as the *reserve*: a
+//! window of resident pages that `alloc` carves runs from without a fault, on the writer's
+//! CPU. When the writers keep every CPU busy this moves the work rather than saving it;
+//! when a CPU is free (a single NBD connection, or fewer writers than CPUs) the writers go
+//! faster.
 //!
-//! The reserve is bounded by a quarter of the source's cache limit (256 pages, 1 MiB, by
-//! default): the thread is woken when it holds less than half of that, and claims half.
-//! Its pages are resident and reported with the cached pages; `trim` releases them.
+//! The reserve is bounded by a quarter of the source's cache limit, at most [`MAX_RESERVE`]
+//! pages (256, 1 MiB, by default): the thread is woken when it holds less than half of
+//! that, and claims half. Its pages are resident and reported with the cached pages (but
+//! for a chunk on its way, up to half the bound); `trim` releases them, and a chunk that
+//! was on its way during a `trim` is released when it arrives.
 
 use std::ptr::NonNull;
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError, Weak};
 
 use super::free::pieces;
-use super::{PAGE_SIZE, PageSource, SourceInner, dont_need_runs, populate};
+use super::{ARENA_PAGES, PAGE_SIZE, PageSource, SourceInner, dont_need_runs, populate};
+
+/// The most pages a reserve holds, whatever the cache limit: more would not fault pages in
+/// sooner, only hold more memory (and a chunk must fit in one arena).
+pub(super) const MAX_RESERVE: usize = 256;
+const _: () = assert!(MAX_RESERVE / 2 <= ARENA_PAGES);
 
 /// The window of resident fresh pages (in `SourceInner`, under its lock).
 #[derive(Debug, Default)]
@@ -29,6 +38,11 @@ pub(super) struct Reserve {
     pub(super) pages: usize,
     /// The thread has been asked for a chunk, or is faulting it in.
     pub(super) in_flight: bool,
+    /// `trim`s so far: a chunk asked for before the last one is not claimed, and one
+    /// claimed before it is released, not published.
+    trims: u64,
+    /// `trims` when the chunk on its way was asked for.
+    asked: u64,
 }
 
 impl Reserve {
@@ -43,11 +57,15 @@ impl Reserve {
         Some(addr)
     }
 
-    /// Publishes a chunk faulted in: it extends the window where it follows it (no fresh
-    /// run was taken from the arena in between), else becomes the window, and the old
-    /// window's pages come back to be released.
-    fn publish(&mut self, addr: usize, pages: usize) -> Option<(usize, usize)> {
+    /// Publishes a chunk faulted in, claimed when `trims` trims had been made: it extends
+    /// the window where it follows it (no fresh run was taken from the arena in between),
+    /// else becomes the window, and the old window's pages come back to be released; a
+    /// chunk claimed before a `trim` comes back itself.
+    fn publish(&mut self, addr: usize, pages: usize, trims: u64) -> Option<(usize, usize)> {
         self.in_flight = false;
+        if trims != self.trims {
+            return Some((addr, pages));
+        }
         if self.pages > 0 && self.addr + self.pages * PAGE_SIZE == addr {
             self.pages += pages;
             return None;
@@ -57,9 +75,11 @@ impl Reserve {
         old
     }
 
-    /// Empties the window into `runs`, in pieces of at most [`super::MAX_RUN_PAGES`].
+    /// Empties the window into `runs`, in pieces of at most [`super::MAX_RUN_PAGES`], for
+    /// a `trim` (a chunk on its way will not be published).
     pub(super) fn drain_into(&mut self, runs: &mut Vec<(usize, usize)>) {
         pieces(self.addr, std::mem::take(&mut self.pages), runs);
+        self.trims += 1;
     }
 }
 
@@ -114,7 +134,7 @@ impl Ahead {
     pub(super) fn new(enabled: bool, populate: bool, cache_limit: usize) -> Self {
         // Shuttle's models run the pool's own threads only.
         let max = if enabled && populate && !cfg!(shuttle) {
-            cache_limit / 4
+            (cache_limit / 4).min(MAX_RESERVE)
         } else {
             0
         };
@@ -125,16 +145,20 @@ impl Ahead {
     }
 
     /// Under the source's lock, after a run was taken there: whether the thread is to be
-    /// asked for a chunk ([`Ahead::wake`], after the lock): the reserve is under half its
-    /// bound, no chunk is on its way, and the pool grows into fresh pages (no released run
-    /// is left to reuse: those cost no memory until used, and come first).
-    pub(super) fn wanted(&self, inner: &mut SourceInner) -> bool {
-        let wanted = self.max > 1
+    /// asked for a chunk ([`Ahead::wake`], after the lock): the pool grows into fresh
+    /// pages (`fresh`: the run came from the reserve or the arena's untouched end, not
+    /// from a released run, which costs no memory until used and comes first), the reserve
+    /// is under half its bound, and no chunk is on its way.
+    pub(super) fn wanted(&self, inner: &mut SourceInner, fresh: bool) -> bool {
+        let wanted = fresh
+            && self.max > 1
             && !inner.reserve.in_flight
             && inner.reserve.pages < self.max / 2
-            && inner.free.is_empty()
             && !matches!(self.thread.get(), Some(None));
-        inner.reserve.in_flight |= wanted;
+        if wanted {
+            inner.reserve.in_flight = true;
+            inner.reserve.asked = inner.reserve.trims;
+        }
         wanted
     }
 
@@ -180,8 +204,8 @@ fn run(source: &Weak<PageSource>, signal: &Signal) {
             }
             s.wanted = false;
         }
-        // The source holds the only strong references but this one: once it is dropped
-        // (here, if this was the last), `stop` ends the loop.
+        // The pool and its runs hold the other strong references: once the source is
+        // dropped (here, if this one was the last), `stop` ends the loop.
         let Some(source) = source.upgrade() else {
             return;
         };
@@ -194,13 +218,18 @@ impl PageSource {
     /// publishes it as the reserve.
     fn fault_ahead(&self) {
         let chunk = self.ahead.max / 2;
-        let claimed = {
+        let (claimed, trims) = {
             let mut inner = self.inner.lock();
+            if inner.reserve.asked != inner.reserve.trims {
+                // Asked for before a trim, which wants the memory back.
+                inner.reserve.in_flight = false;
+                return;
+            }
             let claimed = inner.claim_fresh(chunk);
             if claimed.is_err() {
                 inner.reserve.in_flight = false;
             }
-            claimed
+            (claimed, inner.reserve.trims)
         };
         let Ok(addr) = claimed else {
             return;
@@ -209,7 +238,7 @@ impl PageSource {
         if let Some(ptr) = NonNull::new(addr as *mut u8) {
             populate(ptr, pages * PAGE_SIZE);
         }
-        let old = self.inner.lock().reserve.publish(addr, pages);
+        let old = self.inner.lock().reserve.publish(addr, pages, trims);
         if let Some((addr, pages)) = old {
             let mut runs = Vec::new();
             pieces(addr, pages, &mut runs);
@@ -220,5 +249,66 @@ impl PageSource {
                 inner.pages_released += pages as u64;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: usize = 1 << 30;
+
+    #[test]
+    fn a_chunk_extends_a_window_it_follows_and_replaces_one_it_does_not() {
+        let mut r = Reserve::default();
+        assert_eq!(r.publish(A, 8, 0), None);
+        assert_eq!(r.take(3), Some(A));
+        // Follows the window (A + 3 pages, 5 left): extends it.
+        assert_eq!(r.publish(A + 8 * PAGE_SIZE, 8, 0), None);
+        assert_eq!((r.addr, r.pages), (A + 3 * PAGE_SIZE, 13));
+        // Elsewhere (fresh pages were taken from the arena meanwhile): replaces it, and the
+        // old window comes back to be released.
+        let b = A + 100 * PAGE_SIZE;
+        assert_eq!(r.publish(b, 8, 0), Some((A + 3 * PAGE_SIZE, 13)));
+        assert_eq!((r.addr, r.pages), (b, 8));
+    }
+
+    #[test]
+    fn a_chunk_claimed_before_a_trim_comes_back() {
+        let mut r = Reserve::default();
+        assert_eq!(r.publish(A, 8, 0), None);
+        let mut runs = Vec::new();
+        r.drain_into(&mut runs);
+        assert_eq!(runs, [(A, 8)]);
+        assert_eq!(r.pages, 0);
+        // Claimed with the count of trims before the trim: released, not published.
+        let b = A + 8 * PAGE_SIZE;
+        assert_eq!(r.publish(b, 8, 0), Some((b, 8)));
+        assert_eq!(r.pages, 0);
+        assert!(!r.in_flight);
+        assert_eq!(r.publish(b, 8, 1), None);
+        assert_eq!(r.pages, 8);
+    }
+
+    #[test]
+    fn a_window_too_short_for_a_run_goes_to_the_shared_cache() {
+        let mut inner = SourceInner::default();
+        assert_eq!(inner.reserve.publish(A, 3, 0), None);
+        assert_eq!(inner.take_reserved(4, 100), None);
+        assert_eq!((inner.reserve.pages, inner.cache.pages), (0, 3));
+        assert_eq!(inner.cache.take(3), Some(A));
+        // Where the cache is full, the window stays.
+        assert_eq!(inner.reserve.publish(A, 3, 0), None);
+        assert_eq!(inner.take_reserved(4, 2), None);
+        assert_eq!((inner.reserve.pages, inner.cache.pages), (3, 0));
+    }
+
+    #[test]
+    fn the_reserve_is_bounded_whatever_the_cache_limit() {
+        assert_eq!(Ahead::new(true, true, 1024).max, 256);
+        assert_eq!(Ahead::new(true, true, 1 << 40).max, MAX_RESERVE);
+        assert_eq!(Ahead::new(true, true, 400).max, 100);
+        assert_eq!(Ahead::new(false, true, 1024).max, 0);
+        assert_eq!(Ahead::new(true, false, 1024).max, 0);
     }
 }

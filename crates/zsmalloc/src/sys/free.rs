@@ -42,6 +42,8 @@ pub(super) struct FreeRuns {
 }
 
 impl FreeRuns {
+    /// No released run is listed.
+    #[cfg(test)]
     pub(super) fn is_empty(&self) -> bool {
         self.lists.iter().all(Vec::is_empty)
     }

@@ -136,10 +136,10 @@ pub struct PageSource {
 
 impl PageSource {
     /// A page source. With `populate`, every new run is faulted in at once (one
-    /// `MADV_POPULATE_WRITE`), so the process holds exactly the pages the runs hold, and,
-    /// with `fault_ahead` too, up to a quarter of `cache_limit` fresh pages are faulted in
-    /// ahead while the pool grows (`ahead.rs`). `cache_limit` bounds the pages of freed runs
-    /// kept resident for reuse.
+    /// `MADV_POPULATE_WRITE`), so the process holds the pages the runs hold and the cached
+    /// ones, no more, and, with `fault_ahead` too, up to a quarter of `cache_limit` (at most
+    /// 256) fresh pages are faulted in ahead while the pool grows (`ahead.rs`; counted as
+    /// cached). `cache_limit` bounds the pages of freed runs kept resident for reuse.
     pub fn new(populate: bool, cache_limit: usize, fault_ahead: bool) -> Arc<Self> {
         let slots = Slots::new(cache_limit);
         Arc::new(Self {
@@ -164,18 +164,20 @@ impl PageSource {
             Some(addr) => addr,
             None => {
                 let mut inner = self.inner.lock();
+                let mut fresh = true;
                 let addr = if let Some(addr) = inner.cache.take(pages) {
+                    fresh = false;
                     addr
                 } else if let Some(addr) = inner.take_reserved(pages, self.shared_limit) {
                     addr
                 } else if let Some(addr) = inner.take_free(pages) {
-                    resident = false;
+                    (resident, fresh) = (false, false);
                     addr
                 } else {
                     resident = false;
                     inner.claim_fresh(pages)?
                 };
-                wake = self.ahead.wanted(&mut inner);
+                wake = self.ahead.wanted(&mut inner, fresh);
                 addr
             }
         };
@@ -210,7 +212,8 @@ impl PageSource {
         self.inner.lock().arenas.iter().map(|a| a.len).sum()
     }
 
-    /// Pages of freed runs kept resident for reuse (in the slots and the shared cache).
+    /// Pages kept resident outside live runs: freed runs kept for reuse (in the slots and
+    /// the shared cache) and the reserve of fresh pages faulted in ahead.
     pub fn cached_pages(&self) -> usize {
         let slots: usize = self.slots.iter().map(|s| s.cache.lock().pages).sum();
         let inner = self.inner.lock();
@@ -300,6 +303,9 @@ impl SourceInner {
     /// `pages` fresh pages from the last arena's untouched end (a new arena when it has
     /// too few left), as an address.
     fn claim_fresh(&mut self, pages: usize) -> std::io::Result<usize> {
+        if pages > ARENA_PAGES {
+            return Err(std::io::Error::from(std::io::ErrorKind::InvalidInput));
+        }
         if self.arenas.is_empty() || self.bump + pages > ARENA_PAGES {
             let arena = Arena::map(ARENA_PAGES * PAGE_SIZE)?;
             self.arenas.push(arena);
@@ -406,13 +412,14 @@ unsafe fn dont_need_vectored(ranges: &[(usize, usize)]) -> bool {
 /// Faults a range in for writing, so its pages are resident right away.
 fn populate(ptr: NonNull<u8>, len: usize) {
     // SAFETY: `ptr..ptr+len` is a run just handed out, owned by the caller, or a chunk
-    // claimed for the reserve, which no run owns yet, inside a live arena; populating does not change its contents (fresh or DONTNEED'd pages are zero).
+    // claimed for the reserve, which no run owns yet, inside a live arena; populating does
+    // not change its contents (fresh or DONTNEED'd pages are zero).
     let rc = unsafe { libc::madvise(ptr.as_ptr().cast(), len, libc::MADV_POPULATE_WRITE) };
     if rc != 0 {
         // Kernels before 5.14: touch one byte per page instead.
         for off in (0..len).step_by(PAGE_SIZE) {
-            // SAFETY: inside the run, which the caller owns exclusively; writing the zero
-            // that is already there.
+            // SAFETY: inside the run or chunk, which the caller owns exclusively; writing
+            // the zero that is already there.
             unsafe { ptr.as_ptr().add(off).write_volatile(0) };
         }
     }

@@ -236,23 +236,40 @@ fn a_growing_source_faults_a_reserve_in_ahead_and_carves_runs_from_it() {
 
 #[test]
 fn no_reserve_while_released_runs_are_left_to_reuse() {
-    let src = PageSource::new(true, 1024, true);
-    {
-        let mut inner = src.inner.lock();
-        assert!(src.ahead.wanted(&mut inner), "a fresh source grows");
-        assert!(
-            !src.ahead.wanted(&mut inner),
-            "one chunk on its way at a time"
-        );
-    }
+    // A limit of 64 pages: a reserve of at most 16, the shared cache 32, no slot keeps runs
+    // of 4 pages.
     let src = PageSource::new(true, 64, true);
     let runs: Vec<PageRun> = (0..40).map(|_| src.alloc(4).unwrap()).collect();
     drop(runs);
     assert!(src.pages_released() > 0, "runs past the cache are released");
-    // Released runs cost no memory until reused, and are reused first: no reserve is
-    // faulted in while one is left (asked with the reserve empty and no chunk on its way).
-    let mut inner = src.inner.lock();
-    inner.reserve.drain_into(&mut Vec::new());
-    inner.reserve.in_flight = false;
-    assert!(!src.ahead.wanted(&mut inner));
+    src.trim();
+    let start = std::time::Instant::now();
+    while src.inner.lock().reserve.in_flight && start.elapsed() < std::time::Duration::from_secs(20)
+    {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert_eq!(
+        src.cached_pages(),
+        0,
+        "a chunk on its way at the trim was kept"
+    );
+    // Released runs cost no memory until reused, and are reused first: runs taken from them
+    // ask for no chunk.
+    let again: Vec<PageRun> = (0..40).map(|_| src.alloc(4).unwrap()).collect();
+    let inner = src.inner.lock();
+    assert!(!inner.reserve.in_flight, "a chunk asked for while reusing");
+    assert_eq!(inner.reserve.pages, 0);
+    drop(inner);
+    // Once they are used up, the pool grows into fresh pages, and asks again.
+    let mut more = Vec::new();
+    let asked = loop {
+        more.push(src.alloc(4).unwrap());
+        let inner = src.inner.lock();
+        if inner.reserve.in_flight || inner.reserve.pages > 0 {
+            break inner.free.is_empty();
+        }
+        assert!(more.len() < 100, "no chunk asked for once the pool grew");
+    };
+    assert!(asked, "a chunk asked for while released runs were left");
+    drop((again, more));
 }
