@@ -5,13 +5,25 @@ use std::time::{Duration, Instant};
 
 use zsmalloc::{Pool, PoolConfig};
 
-/// Threads of this process named as the page source names its thread.
-fn ahead_threads() -> usize {
+/// The scheduling policies (`/proc`'s `sched`) of this process's threads named as the page
+/// source names its thread.
+fn ahead_policies() -> Vec<Option<u32>> {
     std::fs::read_dir("/proc/self/task")
         .expect("/proc/self/task")
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .filter(|name| name.trim_end() == "zsmalloc-ahead")
-        .count()
+        .filter_map(|t| {
+            let task = t.ok()?.path();
+            let name = std::fs::read_to_string(task.join("comm")).ok()?;
+            (name.trim_end() == "zsmalloc-ahead").then(|| {
+                let sched = std::fs::read_to_string(task.join("sched")).ok()?;
+                let line = sched.lines().find(|l| l.starts_with("policy"))?;
+                line.rsplit(':').next()?.trim().parse().ok()
+            })
+        })
+        .collect()
+}
+
+fn ahead_threads() -> usize {
+    ahead_policies().len()
 }
 
 /// Waits (20 s at most) until `ahead_threads()` is `n`; returns what it last was.
@@ -33,6 +45,12 @@ fn the_thread_that_faults_pages_in_ahead_ends_with_its_pool() {
     // Growth: the page source asks its thread (started then) for fresh pages.
     let handles: Vec<_> = (0..2000).map(|_| pool.malloc(1000).unwrap()).collect();
     assert_eq!(wait_for(1), 1, "no thread faulting pages in ahead");
+    // It runs only where a CPU is free (`SCHED_IDLE`, 5), where the kernel shows it.
+    let policies = ahead_policies();
+    match policies[0] {
+        Some(policy) => assert_eq!(policy, libc::SCHED_IDLE as u32, "{policies:?}"),
+        None => println!("SKIPPED the thread's policy: /proc shows no sched policy"),
+    }
     assert!(
         pool.cached_pages() <= 256,
         "{} pages cached",

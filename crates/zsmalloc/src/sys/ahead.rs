@@ -8,9 +8,10 @@
 //! reserve, not from released runs, which are reused first), a background thread claims
 //! the next chunk of fresh arena pages, faults it in, and publishes it as the *reserve*: a
 //! window of resident pages that `alloc` carves runs from without a fault, on the writer's
-//! CPU. When the writers keep every CPU busy this moves the work rather than saving it;
-//! when a CPU is free (a single NBD connection, or fewer writers than CPUs) the writers go
-//! faster.
+//! CPU. The thread runs only on CPUs nothing else wants (`SCHED_IDLE`): where a CPU is
+//! free (a single NBD connection, or fewer writers than CPUs) the writers go faster; where
+//! every CPU writes, the thread gets little time, the reserve runs dry and the writers
+//! fault their pages in themselves, as without it.
 //!
 //! The reserve is bounded by a quarter of the source's cache limit, at most [`MAX_RESERVE`]
 //! pages (256, 1 MiB, by default): the thread is woken when it holds less than half of
@@ -193,6 +194,7 @@ fn start(source: &Arc<PageSource>) -> Option<Arc<Signal>> {
 }
 
 fn run(source: &Weak<PageSource>, signal: &Signal) {
+    idle_priority();
     loop {
         {
             let mut s = signal.state();
@@ -211,6 +213,17 @@ fn run(source: &Weak<PageSource>, signal: &Signal) {
         };
         source.fault_ahead();
     }
+}
+
+/// Runs the calling thread only on CPUs nothing else wants (`SCHED_IDLE`): faulting pages
+/// in ahead helps writers only where a CPU is free; where every CPU writes, the writers
+/// fault their pages in themselves, as without the thread, and it does not take their
+/// time. (Best effort: where the policy is refused the thread runs at normal priority.)
+fn idle_priority() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `sched_setscheduler` reads `param` during the call; pid 0 is the calling
+    // thread.
+    let _ = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &raw const param) };
 }
 
 impl PageSource {
