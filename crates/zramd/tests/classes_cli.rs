@@ -2,6 +2,9 @@
 
 use std::process::Command;
 
+#[path = "common/pipe.rs"]
+mod pipe;
+
 /// `(class, size, pages_per_zspage)` rows seed 000 prints for an empty pool.
 const CHAIN_4: &[(usize, usize, usize)] = &[
     (94, 1536, 3),
@@ -172,20 +175,5 @@ fn chain_size_out_of_range_is_a_clear_error() {
 /// the command as SIGPIPE ends other tools: no panic, no backtrace on stderr.
 #[test]
 fn a_closed_pipe_ends_the_output_quietly() {
-    use std::os::unix::process::ExitStatusExt as _;
-    let (reader, writer) = std::io::pipe().expect("pipe");
-    drop(reader);
-    let out = Command::new(env!("CARGO_BIN_EXE_zramd"))
-        .arg("classes")
-        .stdout(writer)
-        .output()
-        .expect("run zramd classes");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(
-        out.status.signal(),
-        Some(libc::SIGPIPE),
-        "{:?}: {stderr}",
-        out.status
-    );
-    assert!(!stderr.contains("panicked"), "{stderr}");
+    pipe::ends_quietly_on_a_closed_pipe(Command::new(env!("CARGO_BIN_EXE_zramd")).arg("classes"));
 }

@@ -74,15 +74,14 @@ pub struct ExitWatch(u64);
 
 impl Drop for ExitWatch {
     fn drop(&mut self) {
+        let mut all = watchers();
+        let gone = all
+            .iter()
+            .position(|(id, _)| *id == self.0)
+            .map(|i| all.swap_remove(i));
         // Dropped after the lock: what the watcher holds may end a counted thread.
-        let _gone: Vec<(u64, Watcher)> = {
-            let mut all = watchers();
-            let (gone, kept) = std::mem::take(&mut *all)
-                .into_iter()
-                .partition(|(id, _)| *id == self.0);
-            *all = kept;
-            gone
-        };
+        drop(all);
+        drop(gone);
     }
 }
 

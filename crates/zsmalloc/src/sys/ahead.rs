@@ -23,7 +23,7 @@ use std::ptr::NonNull;
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError, Weak};
 
 use super::free::pieces;
-use super::{ARENA_PAGES, PAGE_SIZE, PageSource, SourceInner, dont_need_runs, populate};
+use super::{ARENA_PAGES, PAGE_SIZE, PageSource, SourceInner, populate};
 
 /// The most pages a reserve holds, whatever the cache limit: more would not fault pages in
 /// sooner, only hold more memory (and a chunk must fit in one arena).
@@ -39,11 +39,9 @@ pub(super) struct Reserve {
     pub(super) pages: usize,
     /// The thread has been asked for a chunk, or is faulting it in.
     pub(super) in_flight: bool,
-    /// `trim`s so far: a chunk asked for before the last one is not claimed, and one
-    /// claimed before it is released, not published.
-    trims: u64,
-    /// `trims` when the chunk on its way was asked for.
-    asked: u64,
+    /// A `trim` came while a chunk was on its way, and wants its memory back too: the
+    /// chunk is not claimed, or, claimed already, is released when it arrives.
+    recalled: bool,
 }
 
 impl Reserve {
@@ -58,13 +56,12 @@ impl Reserve {
         Some(addr)
     }
 
-    /// Publishes a chunk faulted in, claimed when `trims` trims had been made: it extends
-    /// the window where it follows it (no fresh run was taken from the arena in between),
-    /// else becomes the window, and the old window's pages come back to be released; a
-    /// chunk claimed before a `trim` comes back itself.
-    fn publish(&mut self, addr: usize, pages: usize, trims: u64) -> Option<(usize, usize)> {
+    /// Publishes a chunk faulted in: it extends the window where it follows it (no fresh
+    /// run was taken from the arena in between), else becomes the window, and the old
+    /// window's pages come back to be released; a recalled chunk comes back itself.
+    fn publish(&mut self, addr: usize, pages: usize) -> Option<(usize, usize)> {
         self.in_flight = false;
-        if trims != self.trims {
+        if std::mem::take(&mut self.recalled) {
             return Some((addr, pages));
         }
         if self.pages > 0 && self.addr + self.pages * PAGE_SIZE == addr {
@@ -77,10 +74,10 @@ impl Reserve {
     }
 
     /// Empties the window into `runs`, in pieces of at most [`super::MAX_RUN_PAGES`], for
-    /// a `trim` (a chunk on its way will not be published).
+    /// a `trim`, and recalls a chunk on its way.
     pub(super) fn drain_into(&mut self, runs: &mut Vec<(usize, usize)>) {
         pieces(self.addr, std::mem::take(&mut self.pages), runs);
-        self.trims += 1;
+        self.recalled |= self.in_flight;
     }
 }
 
@@ -156,10 +153,7 @@ impl Ahead {
             && !inner.reserve.in_flight
             && inner.reserve.pages < self.max / 2
             && !matches!(self.thread.get(), Some(None));
-        if wanted {
-            inner.reserve.in_flight = true;
-            inner.reserve.asked = inner.reserve.trims;
-        }
+        inner.reserve.in_flight |= wanted;
         wanted
     }
 
@@ -231,36 +225,28 @@ impl PageSource {
     /// publishes it as the reserve.
     fn fault_ahead(&self) {
         let chunk = self.ahead.max / 2;
-        let (claimed, trims) = {
+        let claimed = {
             let mut inner = self.inner.lock();
-            if inner.reserve.asked != inner.reserve.trims {
-                // Asked for before a trim, which wants the memory back.
-                inner.reserve.in_flight = false;
-                return;
-            }
-            let claimed = inner.claim_fresh(chunk);
-            if claimed.is_err() {
-                inner.reserve.in_flight = false;
-            }
-            (claimed, inner.reserve.trims)
+            let claimed = if std::mem::take(&mut inner.reserve.recalled) {
+                None
+            } else {
+                inner.claim_fresh(chunk).ok()
+            };
+            inner.reserve.in_flight = claimed.is_some();
+            claimed
         };
-        let Ok(addr) = claimed else {
+        let Some(addr) = claimed else {
             return;
         };
         let pages = chunk;
         if let Some(ptr) = NonNull::new(addr as *mut u8) {
             populate(ptr, pages * PAGE_SIZE);
         }
-        let old = self.inner.lock().reserve.publish(addr, pages, trims);
+        let old = self.inner.lock().reserve.publish(addr, pages);
         if let Some((addr, pages)) = old {
             let mut runs = Vec::new();
             pieces(addr, pages, &mut runs);
-            dont_need_runs(&runs);
-            let mut inner = self.inner.lock();
-            for (addr, pages) in runs {
-                inner.free_run(addr, pages);
-                inner.pages_released += pages as u64;
-            }
+            self.give_back(&runs);
         }
     }
 }
@@ -274,44 +260,49 @@ mod tests {
     #[test]
     fn a_chunk_extends_a_window_it_follows_and_replaces_one_it_does_not() {
         let mut r = Reserve::default();
-        assert_eq!(r.publish(A, 8, 0), None);
+        assert_eq!(r.publish(A, 8), None);
         assert_eq!(r.take(3), Some(A));
         // Follows the window (A + 3 pages, 5 left): extends it.
-        assert_eq!(r.publish(A + 8 * PAGE_SIZE, 8, 0), None);
+        assert_eq!(r.publish(A + 8 * PAGE_SIZE, 8), None);
         assert_eq!((r.addr, r.pages), (A + 3 * PAGE_SIZE, 13));
         // Elsewhere (fresh pages were taken from the arena meanwhile): replaces it, and the
         // old window comes back to be released.
         let b = A + 100 * PAGE_SIZE;
-        assert_eq!(r.publish(b, 8, 0), Some((A + 3 * PAGE_SIZE, 13)));
+        assert_eq!(r.publish(b, 8), Some((A + 3 * PAGE_SIZE, 13)));
         assert_eq!((r.addr, r.pages), (b, 8));
     }
 
     #[test]
     fn a_chunk_claimed_before_a_trim_comes_back() {
         let mut r = Reserve::default();
-        assert_eq!(r.publish(A, 8, 0), None);
+        assert_eq!(r.publish(A, 8), None);
+        // A trim with no chunk on its way recalls none.
         let mut runs = Vec::new();
         r.drain_into(&mut runs);
         assert_eq!(runs, [(A, 8)]);
         assert_eq!(r.pages, 0);
-        // Claimed with the count of trims before the trim: released, not published.
+        assert!(!r.recalled);
+        // A trim while one is on its way: it is released, not published.
+        r.in_flight = true;
+        r.drain_into(&mut Vec::new());
         let b = A + 8 * PAGE_SIZE;
-        assert_eq!(r.publish(b, 8, 0), Some((b, 8)));
+        assert_eq!(r.publish(b, 8), Some((b, 8)));
         assert_eq!(r.pages, 0);
         assert!(!r.in_flight);
-        assert_eq!(r.publish(b, 8, 1), None);
+        // The next one is published.
+        assert_eq!(r.publish(b, 8), None);
         assert_eq!(r.pages, 8);
     }
 
     #[test]
     fn a_window_too_short_for_a_run_goes_to_the_shared_cache() {
         let mut inner = SourceInner::default();
-        assert_eq!(inner.reserve.publish(A, 3, 0), None);
+        assert_eq!(inner.reserve.publish(A, 3), None);
         assert_eq!(inner.take_reserved(4, 100), None);
         assert_eq!((inner.reserve.pages, inner.cache.pages), (0, 3));
         assert_eq!(inner.cache.take(3), Some(A));
         // Where the cache is full, the window stays.
-        assert_eq!(inner.reserve.publish(A, 3, 0), None);
+        assert_eq!(inner.reserve.publish(A, 3), None);
         assert_eq!(inner.take_reserved(4, 2), None);
         assert_eq!((inner.reserve.pages, inner.cache.pages), (3, 0));
     }

@@ -231,10 +231,16 @@ impl PageSource {
             inner.cache.drain_into(&mut runs);
             inner.reserve.drain_into(&mut runs);
         }
-        dont_need_runs(&runs);
+        self.give_back(&runs)
+    }
+
+    /// Gives runs that no run owns and no list holds back to the OS and lists them as
+    /// released; returns their pages.
+    fn give_back(&self, runs: &[(usize, usize)]) -> usize {
+        dont_need_runs(runs);
         let released = runs.iter().map(|&(_, pages)| pages).sum();
         let mut inner = self.inner.lock();
-        for (addr, pages) in runs {
+        for &(addr, pages) in runs {
             inner.free_run(addr, pages);
         }
         inner.pages_released += released as u64;
@@ -268,12 +274,7 @@ impl PageSource {
                 .shed(self.shared_limit / 2, &mut batch, MAX_BATCH);
             batch
         };
-        dont_need_runs(&batch);
-        let mut inner = self.inner.lock();
-        for &(addr, pages) in &batch {
-            inner.free_run(addr, pages);
-            inner.pages_released += pages as u64;
-        }
+        self.give_back(&batch);
     }
 
     /// Bytes of bookkeeping the source holds: its lists of free and cached runs and of
