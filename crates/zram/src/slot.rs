@@ -121,7 +121,7 @@ impl SlotEntry {
 /// zero for an empty slot, so the table's pages become resident only as slots are used.
 #[derive(Debug)]
 pub struct SlotTable {
-    words: Box<[AtomicU64]>,
+    words: crate::sys::ZeroedAtomics,
     locks: Box<[Mutex<()>]>,
 }
 
@@ -137,7 +137,7 @@ impl SlotTable {
     /// A table of `n` empty slots; `None` when the memory for it cannot be had.
     pub fn new(n: usize) -> Option<Self> {
         Some(Self {
-            words: crate::sys::zeroed_atomics(n.checked_mul(2)?)?,
+            words: crate::sys::ZeroedAtomics::new(n.checked_mul(2)?)?,
             locks: (0..STRIPES.min(n.max(1))).map(|_| Mutex::new(())).collect(),
         })
     }

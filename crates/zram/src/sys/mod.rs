@@ -3,37 +3,96 @@
 //!
 //! # Safety
 //!
-//! [`zeroed_atomics`] builds a boxed slice from `alloc_zeroed` with the slice's own layout;
-//! all-zero bytes are a valid `AtomicU64`, and the box frees with that same layout. Its
-//! pages are advised against transparent huge pages (`zsmalloc::sys::no_huge_pages`),
-//! which changes no contents.
+//! [`ZeroedAtomics`] owns an anonymous private mapping of exactly `len` `AtomicU64`s, made
+//! by `mmap` and unmapped once, by its drop. The OS hands such a mapping out zero-filled,
+//! and all-zero bytes are a valid `AtomicU64`. The slice it lends lives no longer than the
+//! value, and `AtomicU64` is `Sync`, so sharing the value between threads shares only
+//! atomics. Its pages are advised against transparent huge pages
+//! (`zsmalloc::sys::no_huge_pages`), which changes no contents.
 
+use std::ptr::NonNull;
 use std::sync::atomic::AtomicU64;
 
 pub(crate) mod lzo;
 
-/// `n` atomics, all 0, whose memory becomes resident only where it is first touched: a
-/// large zeroed allocation comes from fresh anonymous pages, which the OS fills on demand.
-/// So a table sized for a whole device (the slot table) costs memory only where it is used.
-/// `None` when the memory cannot be had (the table is larger than the address space or
-/// than the OS grants).
-pub(crate) fn zeroed_atomics(n: usize) -> Option<Box<[AtomicU64]>> {
-    if n == 0 {
-        return Some(Box::new([]));
-    }
-    let layout = std::alloc::Layout::array::<AtomicU64>(n).ok()?;
-    // SAFETY: `layout` has a non-zero size; the allocation is checked for null; zeroed bytes
-    // are a valid `AtomicU64` (0); and `Box<[AtomicU64]>` frees with this very layout (an
-    // array of `n` `AtomicU64` from the global allocator).
-    unsafe {
-        let ptr = std::alloc::alloc_zeroed(layout).cast::<AtomicU64>();
-        if ptr.is_null() {
+/// `len` atomics, all 0, in memory of their own from the OS, which becomes resident only
+/// where it is first touched. So a table sized for a whole device (the slot table) costs
+/// memory only where it is used.
+///
+/// The memory is mapped here rather than taken from the allocator: glibc's `calloc` serves
+/// a large block from its heap once a freed block has raised its mmap threshold (up to 32
+/// MiB), and then clears all of it, which made a 2 GiB device's 8 MiB table resident at
+/// once (`the_table_is_not_resident_after_the_heap_grew`).
+#[derive(Debug)]
+pub(crate) struct ZeroedAtomics {
+    ptr: NonNull<AtomicU64>,
+    len: usize,
+}
+
+// SAFETY: the value owns its mapping, and shares only `AtomicU64`s, which are `Sync`.
+unsafe impl Send for ZeroedAtomics {}
+// SAFETY: as above: `&ZeroedAtomics` lends only `&[AtomicU64]`.
+unsafe impl Sync for ZeroedAtomics {}
+
+impl ZeroedAtomics {
+    /// `None` when the memory cannot be had (larger than the address space, or than the OS
+    /// grants).
+    pub(crate) fn new(len: usize) -> Option<Self> {
+        if len == 0 {
+            return Some(Self {
+                ptr: NonNull::dangling(),
+                len: 0,
+            });
+        }
+        let bytes = len.checked_mul(std::mem::size_of::<AtomicU64>())?;
+        // SAFETY: a fresh anonymous private mapping at an address the OS chooses touches no
+        // existing memory; the result is checked for failure.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
             return None;
         }
         // Where the system's setting is `always`, the first touch of one slot would make
         // 2 MiB of the table resident, not 4 KiB.
-        zsmalloc::sys::no_huge_pages(ptr.cast(), layout.size());
-        Some(Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, n)))
+        zsmalloc::sys::no_huge_pages(ptr.cast(), bytes);
+        Some(Self {
+            ptr: NonNull::new(ptr.cast())?,
+            len,
+        })
+    }
+}
+
+impl std::ops::Deref for ZeroedAtomics {
+    type Target = [AtomicU64];
+
+    fn deref(&self) -> &[AtomicU64] {
+        // SAFETY: `ptr` is `len` zero-initialised, page-aligned `AtomicU64`s that stay mapped
+        // until `self` is dropped (or dangling with `len` 0, which a slice allows).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for ZeroedAtomics {
+    fn drop(&mut self) {
+        if self.len == 0 {
+            return;
+        }
+        // SAFETY: the mapping was made by `new` with this length and is unmapped only here;
+        // no borrow of it outlives `self`.
+        unsafe {
+            libc::munmap(
+                self.ptr.as_ptr().cast(),
+                self.len * std::mem::size_of::<AtomicU64>(),
+            );
+        }
     }
 }
 
@@ -80,11 +139,59 @@ mod tests {
     #[test]
     fn the_table_takes_no_transparent_huge_pages() {
         // 32 MiB: as large as a 16 GiB device's table is half of.
-        let table = super::zeroed_atomics(4 << 20).expect("table");
+        let table = super::ZeroedAtomics::new(4 << 20).expect("table");
         let middle = table[2 << 20].as_ptr() as usize;
         match zsmalloc::sys::huge_pages_refused_at(middle) {
             Ok(refused) => assert!(refused, "the table may take huge pages"),
             Err(why) => println!("SKIPPED the_table_takes_no_transparent_huge_pages: {why}"),
         }
+    }
+
+    /// Pages of the `len` bytes from `addr` that are resident (`mincore`).
+    fn resident_pages(addr: usize, len: usize) -> usize {
+        let start = addr / crate::PAGE_SIZE * crate::PAGE_SIZE;
+        let pages = (addr + len - start).div_ceil(crate::PAGE_SIZE);
+        let mut vec = vec![0u8; pages];
+        // SAFETY: `mincore` only reads the page tables of the range, which lies in a live
+        // mapping, and writes one byte per page into `vec`, which has one per page.
+        let rc = unsafe {
+            libc::mincore(
+                start as *mut libc::c_void,
+                pages * crate::PAGE_SIZE,
+                vec.as_mut_ptr(),
+            )
+        };
+        assert_eq!(rc, 0, "mincore: {}", std::io::Error::last_os_error());
+        vec.iter().filter(|&&b| b & 1 != 0).count()
+    }
+
+    #[test]
+    fn the_table_is_not_resident_after_the_heap_grew() {
+        // Freeing a block the allocator mapped on its own raises glibc's mmap threshold to
+        // the block's size; a block below it then comes from the heap, and a heap block
+        // freed and cleared again is resident throughout.
+        let big = std::hint::black_box(vec![1u8; 30 << 20]);
+        drop(big);
+        let used = std::hint::black_box(vec![1u8; 8 << 20]);
+        drop(used);
+        // 8 MiB: a 2 GiB device's table.
+        let table = super::ZeroedAtomics::new(1 << 20).expect("table");
+        let resident = resident_pages(table.as_ptr() as usize, 8 << 20);
+        assert!(
+            resident == 0,
+            "{resident} of the new table's 2048 pages are resident"
+        );
+        // It is used as atomics, and only touched pages become resident.
+        table[1000].store(7, std::sync::atomic::Ordering::Relaxed);
+        table[(1 << 20) - 1].store(9, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(table[1000].load(std::sync::atomic::Ordering::Relaxed), 7);
+        assert_eq!(table[999].load(std::sync::atomic::Ordering::Relaxed), 0);
+        assert_eq!(resident_pages(table.as_ptr() as usize, 8 << 20), 2);
+    }
+
+    #[test]
+    fn an_empty_table_is_empty() {
+        let table = super::ZeroedAtomics::new(0).expect("table");
+        assert!(table.is_empty());
     }
 }
