@@ -319,6 +319,24 @@ impl Zram {
         (index < self.store.slots()).then(|| self.store.entry(index))
     }
 
+    /// Whether a slot in the `len` bytes at `offset` holds its data on the backing device
+    /// (written back), so that reading it, or writing part of it, reads the backing file.
+    /// Read without the slots' locks: a hint for a server choosing which thread runs a
+    /// request (a writeback racing with it may overtake it). Past the end: not.
+    pub fn on_backing(&self, offset: u64, len: u64) -> bool {
+        if self.store.backing().is_none() || len == 0 {
+            return false;
+        }
+        let unit = self.unit_size() as u64;
+        let slots = self.store.slots() as u64;
+        let first = offset / unit;
+        let end = (offset.saturating_add(len - 1) / unit + 1).min(slots);
+        (first..end).any(|i| {
+            let entry = self.store.table.peek(i as usize);
+            entry.flags.contains(Flags::WB)
+        })
+    }
+
     /// What the slot holding byte `offset` holds (its page's, or its unit's), `None` past
     /// the end: what a front end reporting allocation (NBD block status) asks.
     pub fn block_state(&self, offset: u64) -> Option<BlockState> {

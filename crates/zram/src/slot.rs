@@ -168,6 +168,13 @@ impl SlotTable {
         w[0].load(Relaxed) == 0 && w[1].load(Relaxed) == 0
     }
 
+    /// The entry of slot `index` as read without its lock: a hint, which a change racing
+    /// with the caller may overtake.
+    pub fn peek(&self, index: usize) -> SlotEntry {
+        let w = &self.words[2 * index..2 * index + 2];
+        SlotEntry::unpack(w[0].load(Relaxed), w[1].load(Relaxed))
+    }
+
     /// Bytes of memory the table spans (its pages become resident as slots are first used,
     /// so the process may hold less).
     pub fn metadata_bytes(&self) -> usize {

@@ -92,7 +92,7 @@ pub(crate) struct Store {
     disksize: u64,
     unit_size: usize,
     pool: Arc<dyn Backend>,
-    table: SlotTable,
+    pub(crate) table: SlotTable,
     codecs: Codecs,
     backing: Option<Arc<dyn Backing>>,
     /// Holders of the file copies that several written-back slots name (writeback writes a

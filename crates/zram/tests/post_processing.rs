@@ -177,6 +177,39 @@ fn writeback_moves_idle_slots_and_counts_pages() {
 }
 
 #[test]
+fn on_backing_names_ranges_with_written_back_slots() {
+    let page = PAGE_SIZE as u64;
+    let (none, _) = filled(None);
+    assert!(!none.on_backing(0, 64 * page), "no backing device");
+    let (zram, _) = filled(Some(Arc::new(MemBacking::new())));
+    // The huge pages 32..48 go to the backing device.
+    zram.writeback(&"huge".parse().unwrap()).unwrap();
+    assert!(zram.on_backing(40 * page, page));
+    assert!(zram.on_backing(40 * page + 100, 1), "a byte of the page");
+    assert!(zram.on_backing(31 * page, 2 * page), "a range into it");
+    assert!(
+        zram.on_backing(47 * page + page - 1, 2),
+        "a range out of it"
+    );
+    assert!(!zram.on_backing(0, 32 * page), "the text in memory");
+    assert!(
+        !zram.on_backing(48 * page, 16 * page),
+        "same-filled and empty"
+    );
+    assert!(!zram.on_backing(40 * page, 0), "nothing");
+    assert!(!zram.on_backing(64 * page, page), "past the end");
+    assert!(
+        zram.on_backing(40 * page, u64::MAX),
+        "a length that overflows"
+    );
+    assert!(!zram.on_backing(u64::MAX, u64::MAX));
+    // Rewritten, the page is in memory again.
+    zram.write(40 * page, &text(40)).unwrap();
+    assert!(!zram.on_backing(40 * page, page));
+    assert!(zram.on_backing(41 * page, page));
+}
+
+#[test]
 fn page_indexes_and_the_limit_follow_the_kernel() {
     let backing = Arc::new(MemBacking::new());
     let (zram, image) = filled(Some(backing));

@@ -153,6 +153,15 @@ impl Device {
         Ok(dev)
     }
 
+    /// An initialized device serving `zram`, which the caller made (on a backing store of
+    /// its own: [`Zram::with_backing`]); `settings` are those its next initialization,
+    /// after a reset, uses.
+    pub fn with_zram(name: impl Into<String>, settings: ZramConfig, zram: Zram) -> Self {
+        let dev = Self::new(name, settings);
+        *dev.zram.write() = Some(Arc::new(zram));
+        dev
+    }
+
     /// The device's name.
     pub fn name(&self) -> &str {
         &self.name

@@ -3,7 +3,9 @@
 //! The connection's thread reads request headers (and write payloads) and judges them with
 //! [`check_request`]; refused requests are answered at once, and reads and writes of at most
 //! [`INLINE`] bytes (of at most [`BUSY_INLINE`] while the server has as many busy
-//! connections as CPUs) are run by the reader itself; the rest go through a bounded queue
+//! connections as CPUs) are run by the reader itself, unless they touch a written-back slot
+//! (the backing file's read could hold up the connection's other requests); the rest go
+//! through a bounded queue
 //! to [`workers()`] worker threads, which run them on the device. Each reply is written
 //! whole under the writer lock, so replies of different requests never interleave and may
 //! come back in any order (as the protocol allows). Two byte budgets bound the read and
@@ -43,6 +45,7 @@ use std::thread;
 use std::time::Instant;
 
 use tracing::{debug, warn};
+use zram::Zram;
 
 use super::ServerConfig;
 use super::budget::Budget;
@@ -299,7 +302,7 @@ fn read_loop<C: Conn>(
             }
             continue;
         }
-        if req.kind == CMD_READ && inline(shared, req.length) {
+        if req.kind == CMD_READ && inline(shared, &req) {
             // Cheaper here than handed on: see INLINE.
             execute(shared, &req, start);
             shared.done(cost);
@@ -346,7 +349,7 @@ fn read_write<C: Conn>(
         offset += len as u64;
     }
     shared.activity.receiving(false);
-    if inline(shared, req.length) {
+    if inline(shared, &req) {
         // Stored here, every piece (the first failure answers), with no shared state.
         let mut result = Ok(());
         for (offset, buf, len) in pieces {
@@ -419,12 +422,21 @@ fn answer_write<C: Conn>(
     answer(shared, req, start, result.map_err(fail));
 }
 
-/// Whether a read or write of `len` bytes is run by the reader itself: when it is small
-/// ([`INLINE`]), or at most [`BUSY_INLINE`] while as many connections as there are CPUs have
-/// requests in flight (the connections keep the CPUs busy then, and a worker would add only
-/// thread switches).
-fn inline<C: Conn>(shared: &Shared<'_, C>, len: u32) -> bool {
-    len <= INLINE || (len <= BUSY_INLINE && shared.activity.busy_connections() >= cpus())
+/// Whether a read or write is run by the reader itself ([`runs_inline`]).
+fn inline<C: Conn>(shared: &Shared<'_, C>, req: &Request) -> bool {
+    runs_inline(&shared.dev, req, shared.activity.busy_connections(), cpus())
+}
+
+/// Whether a read or write is run by the connection's reader itself: when it is small
+/// ([`INLINE`]), or at most [`BUSY_INLINE`] while `busy` connections, as many as there are
+/// `cpus`, have requests in flight (the connections keep the CPUs busy then, and a worker
+/// would add only thread switches). Never when a slot it touches is written back: reading
+/// the backing file may take milliseconds, and the reader would read no further request of
+/// the connection meanwhile.
+fn runs_inline(dev: &Zram, req: &Request, busy: usize, cpus: usize) -> bool {
+    let len = req.length;
+    (len <= INLINE || (len <= BUSY_INLINE && busy >= cpus))
+        && !dev.on_backing(req.offset, u64::from(len))
 }
 
 fn worker<C: Conn>(shared: &Shared<'_, C>, rx: &Mutex<Receiver<Job>>) {
@@ -451,6 +463,58 @@ fn worker<C: Conn>(shared: &Shared<'_, C>, rx: &Mutex<Receiver<Job>>) {
                 shared.pool.put(buf);
                 piece_done(shared, &write);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use zram::backing::MemBacking;
+    use zram::{PAGE_SIZE, ZramConfig};
+
+    use super::*;
+
+    fn request(kind: u16, page: u64, length: u32) -> Request {
+        Request {
+            flags: 0,
+            kind,
+            handle: 1,
+            offset: page * PAGE_SIZE as u64,
+            length,
+        }
+    }
+
+    #[test]
+    fn a_request_touching_a_written_back_slot_goes_to_the_workers() {
+        let config = ZramConfig {
+            disksize: 16 * PAGE_SIZE as u64,
+            auto_compact: None,
+            ..ZramConfig::default()
+        };
+        let dev = Zram::with_backing(config, Some(Arc::new(MemBacking::new()))).unwrap();
+        let text: Vec<u8> = b"a page of text, as compressible as any "
+            .iter()
+            .copied()
+            .cycle()
+            .take(PAGE_SIZE)
+            .collect();
+        for page in 0..8 {
+            dev.write(page * PAGE_SIZE as u64, &text).unwrap();
+        }
+        dev.writeback(&"page_indexes=2-3".parse().unwrap()).unwrap();
+        let page = PAGE_SIZE as u32;
+        for kind in [CMD_READ, CMD_WRITE] {
+            assert!(runs_inline(&dev, &request(kind, 0, page), 0, 2));
+            assert!(runs_inline(&dev, &request(kind, 4, 4 * page), 0, 2));
+            assert!(!runs_inline(&dev, &request(kind, 2, page), 0, 2));
+            assert!(!runs_inline(&dev, &request(kind, 0, 4 * page), 0, 2));
+            assert!(!runs_inline(&dev, &request(kind, 3, 16), 2, 2));
+            // Size alone, elsewhere.
+            assert!(!runs_inline(&dev, &request(kind, 4, INLINE + 1), 0, 2));
+            assert!(runs_inline(&dev, &request(kind, 4, INLINE + 1), 2, 2));
+            assert!(!runs_inline(&dev, &request(kind, 4, BUSY_INLINE + 1), 2, 2));
         }
     }
 }

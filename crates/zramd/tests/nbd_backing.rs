@@ -1,0 +1,124 @@
+//! A request that reads the backing file (a written-back slot) is run by a worker, not by
+//! the connection's reader: while it waits on the file, the connection's other requests are
+//! still read and answered.
+
+/// Shared test helpers (`tests/common/`): each test includes the files it uses.
+mod common {
+    #[expect(
+        dead_code,
+        reason = "these tests use the raw client's requests, not the handshake checks nor real clients"
+    )]
+    pub mod nbd;
+}
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use common::nbd::*;
+use zram::backing::{Backing, BackingStats, MemBacking};
+use zram::{PAGE_SIZE, Zram, ZramConfig};
+use zramd::device::Device;
+use zramd::export::Export;
+use zramd::nbd::proto::*;
+
+/// Longest a read of the backing store waits to be let go; without the hand-off the test
+/// fails after it rather than hang.
+const HOLD: Duration = Duration::from_secs(5);
+
+/// An in-memory backing store whose reads, once armed, wait until they are let go (or
+/// [`HOLD`] has passed).
+#[derive(Debug)]
+struct HeldReads {
+    inner: MemBacking,
+    armed: AtomicBool,
+    /// Whether the reads are let go.
+    released: Mutex<bool>,
+    wake: Condvar,
+}
+
+impl HeldReads {
+    fn release(&self) {
+        *self.released.lock().unwrap() = true;
+        self.wake.notify_all();
+    }
+}
+
+impl Backing for HeldReads {
+    fn append(&self, objects: &[&[u8]]) -> std::io::Result<Vec<u64>> {
+        self.inner.append(objects)
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()> {
+        if self.armed.load(Ordering::SeqCst) {
+            let released = self.released.lock().unwrap();
+            let waited = self.wake.wait_timeout_while(released, HOLD, |r| !*r);
+            drop(waited.unwrap());
+        }
+        self.inner.read(offset, out)
+    }
+    fn free(&self, offset: u64, len: usize) {
+        self.inner.free(offset, len);
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        self.inner.sync()
+    }
+    fn stats(&self) -> BackingStats {
+        self.inner.stats()
+    }
+}
+
+/// Bytes that differ from page to page.
+fn page(seed: u8) -> Vec<u8> {
+    (0..PAGE_SIZE)
+        .map(|i| (i / 16) as u8 ^ seed.wrapping_mul(31))
+        .collect()
+}
+
+#[test]
+fn a_read_waiting_on_the_backing_file_holds_up_no_other_request() {
+    let backing = Arc::new(HeldReads {
+        inner: MemBacking::new(),
+        armed: AtomicBool::new(false),
+        released: Mutex::new(false),
+        wake: Condvar::new(),
+    });
+    let config = ZramConfig {
+        disksize: 64 * PAGE_SIZE as u64,
+        auto_compact: None,
+        ..ZramConfig::default()
+    };
+    let zram = Zram::with_backing(config.clone(), Some(backing.clone())).unwrap();
+    for p in 0..8u8 {
+        zram.write(u64::from(p) * PAGE_SIZE as u64, &page(p))
+            .unwrap();
+    }
+    zram.writeback(&"page_index=2".parse().unwrap()).unwrap();
+    backing.armed.store(true, Ordering::SeqCst);
+    let device = Arc::new(Device::with_zram("zram0", config, zram));
+    let server = Server::with_exports(
+        vec![Arc::new(Export::new("zram0", device, false))],
+        test_config(),
+        false,
+    );
+    let mut c = server.connect();
+    c.greet();
+    c.go("zram0", false);
+    let len = PAGE_SIZE as u32;
+    // The written-back page first, then one in memory and a write, all in flight at once.
+    c.request(CMD_READ, 0, 1, 2 * PAGE_SIZE as u64, len);
+    c.request(CMD_READ, 0, 2, 0, len);
+    c.request(CMD_WRITE, 0, 3, 5 * PAGE_SIZE as u64, len);
+    c.send(&page(50));
+    assert_eq!(c.simple_reply(2), 0, "the page in memory is answered first");
+    assert_eq!(c.recv(PAGE_SIZE), page(0));
+    assert_eq!(c.simple_reply(3), 0, "so is the write");
+    backing.release();
+    assert_eq!(c.simple_reply(1), 0);
+    assert_eq!(c.recv(PAGE_SIZE), page(2));
+    c.request(CMD_READ, 0, 4, 5 * PAGE_SIZE as u64, len);
+    assert_eq!(c.simple_reply(4), 0);
+    assert_eq!(c.recv(PAGE_SIZE), page(50));
+    c.request(CMD_DISC, 0, 0, 0, 0);
+    c.expect_eof();
+    server.stop();
+}
