@@ -21,8 +21,19 @@ use crate::pp::{IdleRequest, RecompressRequest, WritebackRequest};
 use crate::recompress::RecompressReport;
 use crate::slot::{Flags, SlotEntry};
 use crate::stats::{BdStat, Counters, IoStat, MmStat, format_debug_stat};
-use crate::store::{BlockState, Codecs, Store};
+use crate::store::{Codecs, Store};
 use crate::writeback::WritebackReport;
+
+/// What a slot holds, as a front end asks it (NBD's `base:allocation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockState {
+    /// Nothing stored: reads as zeroes and costs nothing.
+    Hole,
+    /// Stored as a zero fill word: reads as zeroes, costs no object.
+    Zero,
+    /// Data.
+    Data,
+}
 
 /// A compressed RAM block device.
 #[derive(Debug)]
@@ -329,12 +340,9 @@ impl Zram {
         }
         let unit = self.unit_size() as u64;
         let slots = self.store.slots() as u64;
-        let first = offset / unit;
-        let end = (offset.saturating_add(len - 1) / unit + 1).min(slots);
-        (first..end).any(|i| {
-            let entry = self.store.table.peek(i as usize);
-            entry.flags.contains(Flags::WB)
-        })
+        let first = (offset / unit).min(slots) as usize;
+        let end = (offset.saturating_add(len - 1) / unit + 1).min(slots) as usize;
+        self.store.any_written_back(first..end)
     }
 
     /// What the slot holding byte `offset` holds (its page's, or its unit's), `None` past
@@ -345,7 +353,11 @@ impl Zram {
         }
         usize::try_from(offset / self.unit_size() as u64)
             .ok()
-            .map(|index| self.store.block_state(index))
+            .map(|index| match self.store.entry(index) {
+                e if !e.is_allocated() => BlockState::Hole,
+                e if e.flags.contains(Flags::SAME) && e.handle == 0 => BlockState::Zero,
+                _ => BlockState::Data,
+            })
     }
 
     /// Bytes the slot table spans.

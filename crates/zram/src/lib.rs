@@ -60,14 +60,13 @@ pub mod writeback;
 pub use chain::{links, pieces};
 pub use comp::{Algorithm, AlgorithmParams};
 pub use config::{RecompAlgorithm, ZramConfig};
-pub use device::Zram;
+pub use device::{BlockState, Zram};
 pub use error::{Error, Op, Result};
 pub use fold::FoldStats;
 pub use policy::{Policy, PolicyStats};
 pub use pp::{IdleRequest, Mode, RecompressRequest, WritebackRequest};
 pub use recompress::RecompressReport;
 pub use size::Size;
-pub use store::BlockState;
 pub use writeback::WritebackReport;
 /// The allocator's types a device's settings and figures name, so that front ends reach the
 /// allocator only through this crate.

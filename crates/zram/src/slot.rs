@@ -168,11 +168,10 @@ impl SlotTable {
         w[0].load(Relaxed) == 0 && w[1].load(Relaxed) == 0
     }
 
-    /// The entry of slot `index` as read without its lock: a hint, which a change racing
+    /// The flags of slot `index` as read without its lock: a hint, which a change racing
     /// with the caller may overtake.
-    pub fn peek(&self, index: usize) -> SlotEntry {
-        let w = &self.words[2 * index..2 * index + 2];
-        SlotEntry::unpack(w[0].load(Relaxed), w[1].load(Relaxed))
+    pub(crate) fn flags_unlocked(&self, index: usize) -> Flags {
+        Flags(((self.words[2 * index + 1].load(Relaxed) >> FLAGS_SHIFT) & 0xFF) as u8)
     }
 
     /// Bytes of memory the table spans (its pages become resident as slots are first used,

@@ -72,17 +72,6 @@ thread_local! {
     static STREAM: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-/// What a slot holds, as a front end asks it (NBD's `base:allocation`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BlockState {
-    /// Nothing stored: reads as zeroes and costs nothing.
-    Hole,
-    /// Stored as a zero fill word: reads as zeroes, costs no object.
-    Zero,
-    /// Data.
-    Data,
-}
-
 /// The compressors of a device by priority: 0 the primary, 1..=3 the secondary ones.
 pub(crate) type Codecs = [Option<CodecPool>; 4];
 
@@ -92,7 +81,7 @@ pub(crate) struct Store {
     disksize: u64,
     unit_size: usize,
     pool: Arc<dyn Backend>,
-    pub(crate) table: SlotTable,
+    table: SlotTable,
     codecs: Codecs,
     backing: Option<Arc<dyn Backing>>,
     /// Holders of the file copies that several written-back slots name (writeback writes a
@@ -549,14 +538,12 @@ impl Store {
         self.pool.trim();
     }
 
-    /// What slot `index` holds.
-    pub(crate) fn block_state(&self, index: usize) -> BlockState {
-        let e = self.table.lock(index).get();
-        match e {
-            e if !e.is_allocated() => BlockState::Hole,
-            e if e.flags.contains(Flags::SAME) && e.handle == 0 => BlockState::Zero,
-            _ => BlockState::Data,
-        }
+    /// Whether a slot of `slots` is written back, as read without the slots' locks: a hint,
+    /// which a writeback or a write racing with the caller may overtake.
+    pub(crate) fn any_written_back(&self, slots: std::ops::Range<usize>) -> bool {
+        slots
+            .into_iter()
+            .any(|i| self.table.flags_unlocked(i).contains(Flags::WB))
     }
 
     /// The entry of slot `index`.

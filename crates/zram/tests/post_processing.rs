@@ -210,6 +210,26 @@ fn on_backing_names_ranges_with_written_back_slots() {
 }
 
 #[test]
+fn on_backing_counts_in_units() {
+    let unit = 16 * 1024u64;
+    let mut config = config();
+    config.unit_size = zram::Size(unit);
+    let zram = Zram::with_backing(config, Some(Arc::new(MemBacking::new()))).unwrap();
+    let data: Vec<u8> = (0..4).flat_map(text).collect();
+    for u in 0..4 {
+        zram.write(u * unit, &data).unwrap();
+    }
+    // Page 4, in slot 1: bytes 16-32 KiB.
+    zram.writeback(&"page_index=4".parse().unwrap()).unwrap();
+    assert!(flags(&zram, 1) == Flags::WB);
+    assert!(zram.on_backing(unit + 5000, 1), "a byte inside the unit");
+    assert!(zram.on_backing(unit - 1, 2), "a range into it");
+    assert!(zram.on_backing(2 * unit - 1, 2), "a range out of it");
+    assert!(!zram.on_backing(0, unit), "the unit before");
+    assert!(!zram.on_backing(2 * unit, 2 * unit), "the units after");
+}
+
+#[test]
 fn page_indexes_and_the_limit_follow_the_kernel() {
     let backing = Arc::new(MemBacking::new());
     let (zram, image) = filled(Some(backing));

@@ -153,9 +153,11 @@ impl Device {
         Ok(dev)
     }
 
-    /// An initialized device serving `zram`, which the caller made (on a backing store of
-    /// its own: [`Zram::with_backing`]); `settings` are those its next initialization,
-    /// after a reset, uses.
+    /// An initialized device serving `zram` as the caller made it (on a backing store of
+    /// its own, say: [`Zram::with_backing`]; no cgroup cap is applied to its memory limit).
+    /// `settings` are what [`Device::settings`] reports until a reset, which starts from
+    /// them as from any device's ([`reset_settings`]): the caller keeps them in line with
+    /// `zram`.
     pub fn with_zram(name: impl Into<String>, settings: ZramConfig, zram: Zram) -> Self {
         let dev = Self::new(name, settings);
         *dev.zram.write() = Some(Arc::new(zram));

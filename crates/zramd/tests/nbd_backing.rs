@@ -12,7 +12,7 @@ mod common {
 }
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
 use common::nbd::*;
@@ -22,9 +22,12 @@ use zramd::device::Device;
 use zramd::export::Export;
 use zramd::nbd::proto::*;
 
-/// Longest a read of the backing store waits to be let go; without the hand-off the test
-/// fails after it rather than hang.
-const HOLD: Duration = Duration::from_secs(5);
+/// Longest a read of the backing store waits to be let go (the test lets it go as it ends,
+/// passed or failed).
+const HOLD: Duration = Duration::from_secs(60);
+/// Longest the client waits for a reply: without the hand-off, the answers it waits for
+/// come only after the held read, and the test fails after this.
+const PATIENCE: Duration = Duration::from_secs(5);
 
 /// An in-memory backing store whose reads, once armed, wait until they are let go (or
 /// [`HOLD`] has passed).
@@ -39,8 +42,17 @@ struct HeldReads {
 
 impl HeldReads {
     fn release(&self) {
-        *self.released.lock().unwrap() = true;
+        *self.released.lock().unwrap_or_else(PoisonError::into_inner) = true;
         self.wake.notify_all();
+    }
+}
+
+/// Lets the held reads go when dropped, also when the test fails, so that the server ends.
+struct Release(Arc<HeldReads>);
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        self.0.release();
     }
 }
 
@@ -92,7 +104,8 @@ fn a_read_waiting_on_the_backing_file_holds_up_no_other_request() {
         zram.write(u64::from(p) * PAGE_SIZE as u64, &page(p))
             .unwrap();
     }
-    zram.writeback(&"page_index=2".parse().unwrap()).unwrap();
+    zram.writeback(&"page_indexes=2-3".parse().unwrap())
+        .unwrap();
     backing.armed.store(true, Ordering::SeqCst);
     let device = Arc::new(Device::with_zram("zram0", config, zram));
     let server = Server::with_exports(
@@ -100,24 +113,45 @@ fn a_read_waiting_on_the_backing_file_holds_up_no_other_request() {
         test_config(),
         false,
     );
+    let release = Release(Arc::clone(&backing));
     let mut c = server.connect();
+    c.s.set_timeout(Some(PATIENCE)).unwrap();
     c.greet();
     c.go("zram0", false);
+    let page_at = |p: u64| p * PAGE_SIZE as u64;
     let len = PAGE_SIZE as u32;
-    // The written-back page first, then one in memory and a write, all in flight at once.
-    c.request(CMD_READ, 0, 1, 2 * PAGE_SIZE as u64, len);
-    c.request(CMD_READ, 0, 2, 0, len);
-    c.request(CMD_WRITE, 0, 3, 5 * PAGE_SIZE as u64, len);
+    // In flight at once: a read of a written-back page and a write to part of another
+    // (which reads the rest of it from the file), then a read of a page in memory and a
+    // write of a whole page.
+    c.request(CMD_READ, 0, 1, page_at(2), len);
+    c.request(CMD_WRITE, 0, 2, page_at(3) + 512, 512);
+    c.send(&[0xAB; 512]);
+    c.request(CMD_READ, 0, 3, 0, len);
+    c.request(CMD_WRITE, 0, 4, page_at(5), len);
     c.send(&page(50));
-    assert_eq!(c.simple_reply(2), 0, "the page in memory is answered first");
+    assert_eq!(c.simple_reply(3), 0, "the page in memory is answered first");
     assert_eq!(c.recv(PAGE_SIZE), page(0));
-    assert_eq!(c.simple_reply(3), 0, "so is the write");
-    backing.release();
-    assert_eq!(c.simple_reply(1), 0);
-    assert_eq!(c.recv(PAGE_SIZE), page(2));
-    c.request(CMD_READ, 0, 4, 5 * PAGE_SIZE as u64, len);
-    assert_eq!(c.simple_reply(4), 0);
-    assert_eq!(c.recv(PAGE_SIZE), page(50));
+    assert_eq!(c.simple_reply(4), 0, "so is the whole-page write");
+    drop(release);
+    // The held two, in either order.
+    let mut read_back = None;
+    for _ in 0..2 {
+        let (error, handle) = c.any_reply().expect_err("a simple reply");
+        assert_eq!(error, 0, "request {handle}");
+        match handle {
+            1 => read_back = Some(c.recv(PAGE_SIZE)),
+            2 => {}
+            other => panic!("a reply to request {other}"),
+        }
+    }
+    assert_eq!(read_back, Some(page(2)));
+    let mut patched = page(3);
+    patched[512..1024].fill(0xAB);
+    for (handle, p, want) in [(5, 3, patched), (6, 5, page(50))] {
+        c.request(CMD_READ, 0, handle, page_at(p), len);
+        assert_eq!(c.simple_reply(handle), 0);
+        assert_eq!(c.recv(PAGE_SIZE), want, "page {p}");
+    }
     c.request(CMD_DISC, 0, 0, 0, 0);
     c.expect_eof();
     server.stop();

@@ -44,7 +44,8 @@ impl ZeroedAtomics {
                 len: 0,
             });
         }
-        let bytes = len.checked_mul(std::mem::size_of::<AtomicU64>())?;
+        // At most `isize::MAX` bytes, as a slice must be.
+        let bytes = std::alloc::Layout::array::<AtomicU64>(len).ok()?.size();
         // SAFETY: a fresh anonymous private mapping at an address the OS chooses touches no
         // existing memory; the result is checked for failure.
         let ptr = unsafe {
@@ -74,8 +75,9 @@ impl std::ops::Deref for ZeroedAtomics {
     type Target = [AtomicU64];
 
     fn deref(&self) -> &[AtomicU64] {
-        // SAFETY: `ptr` is `len` zero-initialised, page-aligned `AtomicU64`s that stay mapped
-        // until `self` is dropped (or dangling with `len` 0, which a slice allows).
+        // SAFETY: `ptr` is `len` zeroed, page-aligned `AtomicU64`s (at most `isize::MAX`
+        // bytes) that stay mapped until `self` is dropped (or dangling with `len` 0, which a
+        // slice allows).
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 }

@@ -4,13 +4,12 @@
 //! [`check_request`]; refused requests are answered at once, and reads and writes of at most
 //! [`INLINE`] bytes (of at most [`BUSY_INLINE`] while the server has as many busy
 //! connections as CPUs) are run by the reader itself, unless they touch a written-back slot
-//! (the backing file's read could hold up the connection's other requests); the rest go
-//! through a bounded queue
-//! to [`workers()`] worker threads, which run them on the device. Each reply is written
-//! whole under the writer lock, so replies of different requests never interleave and may
-//! come back in any order (as the protocol allows). Two byte budgets bound the read and
-//! write buffers in flight, the connection's and the server's: a request waits until its
-//! bytes fit in both (`budget`).
+//! (reading the backing file would hold up the connection's other requests); the rest go
+//! through a bounded queue to [`workers()`] worker threads, which run them on the device.
+//! Each reply is written whole under the writer lock, so replies of different requests never
+//! interleave and may come back in any order (as the protocol allows). Two byte budgets
+//! bound the read and write buffers in flight, the connection's and the server's: a request
+//! waits until its bytes fit in both (`budget`).
 //!
 //! A write's payload is read in pieces of at most [`PIECE`] bytes (aligned to multiples of
 //! [`PIECE`] on the device, so no compression unit is split) and, once it has arrived whole
@@ -432,7 +431,8 @@ fn inline<C: Conn>(shared: &Shared<'_, C>, req: &Request) -> bool {
 /// `cpus`, have requests in flight (the connections keep the CPUs busy then, and a worker
 /// would add only thread switches). Never when a slot it touches is written back: reading
 /// the backing file may take milliseconds, and the reader would read no further request of
-/// the connection meanwhile.
+/// the connection meanwhile. (A worker reads the file under the slot's lock, so a request
+/// the reader runs meanwhile still waits if its slot shares that lock: one slot in 4,096.)
 fn runs_inline(dev: &Zram, req: &Request, busy: usize, cpus: usize) -> bool {
     let len = req.length;
     (len <= INLINE || (len <= BUSY_INLINE && busy >= cpus))
