@@ -16,6 +16,7 @@ use crate::compact::Compactor;
 use crate::config::{RecompAlgorithm, ZramConfig};
 use crate::error::{Error, Op, Result};
 use crate::fold::FoldStats;
+use crate::limit::SharedLimit;
 use crate::policy::{Policy, PolicyStats, PolicyThread, Shared};
 use crate::pp::{IdleRequest, RecompressRequest, WritebackRequest};
 use crate::recompress::RecompressReport;
@@ -291,6 +292,19 @@ impl Zram {
     /// Sets `mem_limit` in bytes (0 = none).
     pub fn set_mem_limit(&self, bytes: u64) {
         self.store.set_mem_limit(bytes);
+    }
+
+    /// Holds this device's pool, together with the other members', to `group`'s limit from
+    /// now on (beyond the kernel): an allocation past it is refused as one past `mem_limit`
+    /// is (`Error::MemLimit`, `ENOSPC`), and the device's own `mem_limit` still applies. A
+    /// device is in at most one group: `Error::Busy` when it is in one already. It leaves
+    /// when dropped.
+    pub fn share_limit(&self, group: &Arc<SharedLimit>) -> Result<()> {
+        if self.store.share_limit(group) {
+            Ok(())
+        } else {
+            Err(Error::Busy)
+        }
     }
 
     /// `mem_used_max` restarts from the current use (the kernel's `echo 0 > mem_used_max`).

@@ -19,13 +19,15 @@
 //! - [`compact`]: automatic background compaction;
 //! - [`backing`]: backing stores for written-back slots ([`backing::FileBacking`], a packed log);
 //! - [`stats`]: counters and the kernel's `mm_stat`, `io_stat`, `debug_stat` formats;
+//! - [`limit`]: a memory limit several devices share;
 //! - [`size`]: sizes with K/M/G suffixes;
 //! - [`error`]: the error type and its one mapping to errnos;
 //! - `sys`: the zeroed slot table from the OS and the LZO decoder's fast loop (the crate's
 //!   only `unsafe`).
 //!
 //! Files import only files below them in this order: device → policy → (writeback, recompress) →
-//! (pp, shared) → post → store → (backing, chain, same, slot, comp, stats) → (error, size, sys).
+//! (pp, shared) → post → store → (backing, chain, same, slot, comp, stats, limit) → (error, size,
+//! sys).
 //!
 //! Lock order: slot lock → (compressor context: per thread, no lock | zsmalloc class-shard
 //! lock → page-source lock).
@@ -39,6 +41,7 @@ pub mod device;
 pub mod error;
 mod figures;
 pub mod fold;
+pub mod limit;
 pub mod lzo;
 pub mod policy;
 mod post;
@@ -63,6 +66,7 @@ pub use config::{RecompAlgorithm, ZramConfig};
 pub use device::{BlockState, Zram};
 pub use error::{Error, Op, Result};
 pub use fold::FoldStats;
+pub use limit::SharedLimit;
 pub use policy::{Policy, PolicyStats};
 pub use pp::{IdleRequest, Mode, RecompressRequest, WritebackRequest};
 pub use recompress::RecompressReport;

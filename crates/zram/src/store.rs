@@ -61,6 +61,7 @@ use crate::PAGE_SIZE;
 use crate::backing::Backing;
 use crate::comp::CodecPool;
 use crate::error::{Error, Result};
+use crate::limit::{Membership, SharedLimit};
 use crate::same::{fill, same_filled};
 use crate::slot::{Flags, SlotEntry, SlotGuard, SlotTable};
 use crate::stats::{Counters, WbLimit};
@@ -96,6 +97,8 @@ pub(crate) struct Store {
     clock_skew: AtomicU64,
     counters: Counters,
     limit_pages: AtomicU64,
+    /// The limit this device shares with others, once it joined one.
+    group: std::sync::OnceLock<Membership>,
     huge_class_size: usize,
     /// `pages_compacted` of the pool when the counters were last cleared.
     pub(crate) pages_compacted_base: AtomicU64,
@@ -137,6 +140,7 @@ impl Store {
             clock_skew: AtomicU64::new(0),
             counters: Counters::default(),
             limit_pages: AtomicU64::new(mem_limit.div_ceil(PAGE_SIZE as u64)),
+            group: std::sync::OnceLock::new(),
             pages_compacted_base: AtomicU64::new(0),
             pages_folded_base: AtomicU64::new(0),
             dedup,
@@ -515,14 +519,21 @@ impl Store {
     fn check_limit(&self, handle: Handle) -> Result<Handle> {
         let used = self.pool.total_pages() as u64;
         self.counters.note_used(used);
-        let limit = self.limit_pages.load(Relaxed);
-        if limit != 0 && used > limit {
+        let refused = match self.limit_pages.load(Relaxed) {
+            limit if limit != 0 && used > limit => Some(limit * PAGE_SIZE as u64),
+            _ => self.group.get().and_then(|g| g.refuses(used)),
+        };
+        if let Some(limit) = refused {
             let _ = self.pool.free(handle);
-            return Err(Error::MemLimit {
-                limit: limit * PAGE_SIZE as u64,
-            });
+            return Err(Error::MemLimit { limit });
         }
         Ok(handle)
+    }
+
+    /// Joins `group`'s shared limit; `false` when the store is in one already.
+    pub(crate) fn share_limit(&self, group: &Arc<SharedLimit>) -> bool {
+        // A second group's membership is dropped again at once, which leaves it.
+        self.group.set(group.join(&self.pool)).is_ok()
     }
 
     /// Frees every slot and zeroes the counters.

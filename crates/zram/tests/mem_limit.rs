@@ -3,6 +3,8 @@
 //! an operation above the limit, `mem_used_max` records the peak (including the page the
 //! refused allocation briefly held, as the kernel's `update_used_max` does before the check)
 //! and restarts on `reset_mem_used_max`; raising or removing the limit lets writes through.
+//! Writers racing on one device end within its limit, and devices sharing a limit
+//! (`SharedLimit`) end within it together, however their writers race.
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -299,4 +301,116 @@ fn raising_or_removing_the_limit_lets_writes_through() {
     assert_eq!(zram.mm_stat().mem_used_total, 200 * P);
     assert_eq!(zram.io_stat().failed_writes, 3);
     zram.pool().check_invariants().unwrap();
+}
+
+#[test]
+fn devices_sharing_a_limit_are_held_to_it_together() {
+    let limit = 96 * P;
+    let group = zram::SharedLimit::new(limit);
+    let devices: Vec<Zram> = (0..3).map(|_| device(1024, 0)).collect();
+    for d in &devices {
+        d.share_limit(&group).unwrap();
+    }
+    assert!(matches!(devices[0].share_limit(&group), Err(Error::Busy)));
+    assert_eq!(group.members(), 3);
+    // Incompressible pages, round robin over the devices, until all three refuse.
+    let mut rng = SmallRng::seed_from_u64(7);
+    let mut stored: Vec<Vec<(u64, Vec<u8>)>> = vec![Vec::new(); 3];
+    let mut refused = [0; 3];
+    for index in 0..200u64 {
+        for (d, zram) in devices.iter().enumerate() {
+            let page = random_bytes(&mut rng, PAGE_SIZE);
+            let r = zram.write(index * P, &page);
+            if r.is_ok() {
+                stored[d].push((index, page));
+            } else {
+                assert!(is_mem_limit(&r, limit), "{r:?}");
+                refused[d] += 1;
+                assert_eq!(
+                    read_page(zram, index),
+                    vec![0; PAGE_SIZE],
+                    "refused, unchanged"
+                );
+            }
+            let together: u64 = devices.iter().map(|z| z.mm_stat().mem_used_total).sum();
+            assert!(together <= limit, "{together} bytes held together");
+        }
+    }
+    assert!(refused.iter().all(|&r| r > 0), "refused {refused:?}");
+    assert_eq!(group.used_pages() * P, 96 * P, "the limit is used up");
+    for (zram, pages) in devices.iter().zip(&stored) {
+        assert!(pages.len() > 20, "{} pages stored", pages.len());
+        for (index, page) in pages {
+            assert_eq!(&read_page(zram, *index), page);
+        }
+    }
+    // A device that frees its pages makes room for the others, without writing itself.
+    devices[0].discard(0, 200 * P).unwrap();
+    devices[0].compact();
+    assert!(
+        devices[1]
+            .write(300 * P, &random_bytes(&mut rng, PAGE_SIZE))
+            .is_ok()
+    );
+    // A device dropped leaves the group with its pages.
+    let mut devices = devices;
+    devices.truncate(1);
+    assert_eq!(group.members(), 1);
+    assert!(
+        devices[0]
+            .write(0, &random_bytes(&mut rng, PAGE_SIZE))
+            .is_ok()
+    );
+}
+
+/// Four writers, each on its own pages of `devices[t % devices.len()]`: text and
+/// incompressible pages, in several classes; every write stores or meets the limit.
+fn race(devices: &[Zram], limit: u64, round: u64) {
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let zram = &devices[t as usize % devices.len()];
+            s.spawn(move || {
+                let mut rng = SmallRng::seed_from_u64(round * 8 + t);
+                for i in 0..150u64 {
+                    let page = if i % 3 == 0 {
+                        random_bytes(&mut rng, PAGE_SIZE)
+                    } else {
+                        text_page(&mut rng)
+                    };
+                    let r = zram.write((t * 1024 + i) * P, &page);
+                    assert!(r.is_ok() || is_mem_limit(&r, limit), "{r:?}");
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn writers_racing_on_one_device_end_within_its_limit() {
+    let limit = 200 * P;
+    for round in 0..20u64 {
+        let zram = device(4096, limit);
+        race(std::slice::from_ref(&zram), limit, round);
+        let used = zram.mm_stat().mem_used_total;
+        assert!(used <= limit, "round {round}: {} pages", used / P);
+    }
+}
+
+#[test]
+fn writers_racing_on_devices_sharing_a_limit_end_within_it() {
+    let limit = 200 * P;
+    for round in 0..20u64 {
+        let group = zram::SharedLimit::new(limit);
+        let devices: Vec<Zram> = (0..2).map(|_| device(4096, 0)).collect();
+        for d in &devices {
+            d.share_limit(&group).unwrap();
+        }
+        race(&devices, limit, round);
+        let together: u64 = devices.iter().map(|z| z.mm_stat().mem_used_total).sum();
+        assert!(
+            together <= limit,
+            "round {round}: {together} bytes held together"
+        );
+        assert_eq!(group.used_pages() * P, together);
+    }
 }

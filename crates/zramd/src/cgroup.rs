@@ -6,13 +6,16 @@
 //! `--no-cgroup-cap`) caps each device's `mem_limit` at the pool budget: the limit less
 //! room for what is not in the pools (slot tables, the allocator's metadata, cached pages,
 //! request buffers, the program itself). A write past it fails with `ENOSPC`, as under
-//! `mem_limit`, and the data already stored stays. The cap is per device: several devices
-//! together can still pass the limit; set their `mem_limit`s to share it. The limit is
-//! read once, at start. Library users (and `Device`s made without `serve`) are not capped.
+//! `mem_limit`, and the data already stored stays. The devices also share the budget
+//! ([`shared_limit`]): all their pools together hold at most the budget, so that several
+//! devices cannot pass the limit between them either. The limit is read once, at start.
+//! Library users (and `Device`s made without `serve`) are not capped.
 
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use zram::SharedLimit;
 
 /// Room kept for memory outside the pools: this much plus an eighth of the limit.
 const ROOM: u64 = 32 << 20;
@@ -42,6 +45,16 @@ pub fn pool_budget() -> Option<u64> {
 /// a budget of 0 would mean no limit at all).
 pub fn budget_of(limit: u64) -> u64 {
     limit.saturating_sub(ROOM + limit / 8).max(limit / 4).max(1)
+}
+
+/// The limit every device's pool shares with the others' where the cap is on: the pool
+/// budget, for all of them together. One for the process.
+pub fn shared_limit() -> Option<Arc<SharedLimit>> {
+    static GROUP: OnceLock<Option<Arc<SharedLimit>>> = OnceLock::new();
+    pool_budget()?;
+    GROUP
+        .get_or_init(|| pool_budget().map(SharedLimit::new))
+        .clone()
 }
 
 /// `mem_limit` as a device applies it: `bytes` (0: none) capped at the pool budget.

@@ -307,6 +307,9 @@ impl Device {
             mem_limit: zram::Size(crate::cgroup::capped_mem_limit(settings.mem_limit.0)),
             ..settings
         })?;
+        if let Some(group) = crate::cgroup::shared_limit() {
+            dev.share_limit(&group)?;
+        }
         *zram = Some(Arc::new(dev));
         Ok(())
     }

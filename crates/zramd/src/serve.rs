@@ -103,7 +103,8 @@ pub struct ServerSettings {
     #[serde(default)]
     pub swap_safe: bool,
     /// Do not cap the devices' `mem_limit` under a memory cgroup's limit (docs/design.md,
-    /// "Limits": by default each device applies at most the limit less room for the rest).
+    /// "Limits": by default the devices' pools hold at most the limit less room for the
+    /// rest, all of them together).
     #[arg(long)]
     #[serde(default)]
     pub no_cgroup_cap: bool,
@@ -437,9 +438,9 @@ pub fn run(options: &ServeOptions) -> anyhow::Result<()> {
         let buffers = &mut options.settings.nbd.max_in_flight;
         buffers.0 = buffers.0.min(limit.saturating_sub(budget) / 2);
         println!(
-            "memory cgroup limit {}: each device's mem_limit is at most {}, request buffers \
-             {} (past the budget a write fails with ENOSPC, not the OOM killer; \
-             --no-cgroup-cap to leave them)",
+            "memory cgroup limit {}: the devices' pools hold at most {} together (each \
+             device's mem_limit too), request buffers {} (past the budget a write fails \
+             with ENOSPC, not the OOM killer; --no-cgroup-cap to leave them)",
             crate::human::size(limit),
             crate::human::size(budget),
             crate::human::size(buffers.0)

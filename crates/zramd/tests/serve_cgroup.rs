@@ -1,6 +1,6 @@
 //! `zramd serve` in a memory cgroup with a limit: its devices' pools stay within a budget
-//! under the limit, so a write past it fails with an error the client sees, not the
-//! cgroup's OOM killer, and the server and what it stored live on.
+//! under the limit, together, so a write past it fails with an error the client sees, not
+//! the cgroup's OOM killer, and the server and what it stored live on.
 
 /// Shared test helpers (`tests/common/`): each test includes the files it uses.
 mod common {
@@ -47,11 +47,21 @@ fn a_full_budget_fails_writes_and_the_server_lives() {
     let img = real_image(&src, DATA);
     // The server moves itself into the cgroup before it starts, so that it reads the limit.
     let join = format!("echo $$ > '{}'", cgroup.procs_file().display());
-    let served = Served::start_with(dir.path(), &["--size", "512M"], Some(&join));
+    // Two devices, each of which alone could take the whole budget.
+    let config = dir.path().join("zramd.toml");
+    std::fs::write(
+        &config,
+        "[[device]]\nname = \"zram0\"\nsize = \"512M\"\n\
+         [[device]]\nname = \"zram1\"\nsize = \"512M\"\n",
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    let served = Served::start_with(dir.path(), &["--config", config], Some(&join));
     let budget = zramd::cgroup::budget_of(CGROUP_LIMIT);
     assert!(
         served.stdout().contains(
-            "memory cgroup limit 64M: each device's mem_limit is at most 24M, request buffers 20M"
+            "memory cgroup limit 64M: the devices' pools hold at most 24M together (each \
+             device's mem_limit too), request buffers 20M"
         ),
         "{}",
         served.stdout()
@@ -77,6 +87,28 @@ fn a_full_budget_fails_writes_and_the_server_lives() {
     let mm: Vec<u64> = serde_json::from_value(stat[0]["mm_stat_fields"].clone()).unwrap();
     assert_eq!(mm[3], budget, "mem_limit is the budget");
     assert!(mm[2] <= budget, "mem_used_total {} over {budget}", mm[2]);
+
+    // The second device finds the budget taken: its copy fails too, early, and the two
+    // pools together stay within the budget.
+    let second = run(
+        Command::new("nbdcopy").arg(&src).arg(served.uri("zram1")),
+        LIMIT,
+    );
+    assert!(!second.ok, "all of it fitted beside the first");
+    assert!(
+        second.stderr.contains("No space left on device"),
+        "{}",
+        second.stderr
+    );
+    assert_eq!(cgroup.oom_kills().unwrap_or(0), 0, "the OOM killer ran");
+    let stat = served.stat_json();
+    let used: Vec<u64> = (0..2)
+        .map(|d| serde_json::from_value::<Vec<u64>>(stat[d]["mm_stat_fields"].clone()).unwrap()[2])
+        .collect();
+    assert!(
+        used[0] + used[1] <= budget,
+        "mem_used_total {used:?} together over {budget}"
+    );
 
     // What was stored reads back; a page whose write failed reads as before (zeroes).
     let back = dir.path().join("out.img");
