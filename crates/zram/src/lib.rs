@@ -30,7 +30,8 @@
 //! sys).
 //!
 //! Lock order: slot lock → (compressor context: per thread, no lock | zsmalloc class-shard
-//! lock → page-source lock).
+//! lock → page-source lock | the shared limit's lock, after the allocation, under which only
+//! the pools' page counts are read).
 
 pub mod backing;
 mod chain;

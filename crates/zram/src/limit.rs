@@ -3,19 +3,31 @@
 //! only its own pool).
 //!
 //! A device joins with [`Zram::share_limit`](crate::Zram::share_limit). Its store checks the
-//! group after every allocation, as it checks `mem_limit`: the member reports its pool's
-//! pages, the group adds the change to the sum of the reports, and an allocation that takes
-//! the sum past the limit is freed again and the write fails with `Error::MemLimit`
-//! (`ENOSPC`). A member reports only when it allocates, so after another member shrank
-//! (frees, compaction, a reset) the sum is too high; before it refuses anything, the group
-//! reads every member's pool afresh, so a stale report never refuses an allocation that
-//! fits. That read, under the group's lock, happens only near the limit. Every allocation
-//! is checked against the sum, also one that a refresh counted before its own report, so
-//! that what the pools hold once their writers are done is within the limit, as the
-//! kernel's `mem_limit` keeps one pool.
+//! group after every allocation, as it checks `mem_limit`: a member whose pool grew past its
+//! last report reports the new size, the group adds the change to the sum of the reports,
+//! and an allocation whose check finds the sum past the limit is freed again and the write
+//! fails with `Error::MemLimit` (`ENOSPC`). A member reports only when its pool grows past
+//! its report, so after a member shrank (frees, compaction, a reset) the sum is too high;
+//! before it refuses anything, the group reads every member's pool afresh (a *refresh*,
+//! under the group's lock, only near the limit), so a stale report never refuses an
+//! allocation that fits.
+//!
+//! What the pools hold once their writers are done is within the limit, as the kernel's
+//! `mem_limit` keeps one pool, because every allocation is checked against a sum that
+//! counts it:
+//! - the sum rises before a report does, so a thread that finds its pool within its
+//!   member's report finds the sum with it;
+//! - a report only rises outside a refresh: of two threads of one device, the one whose
+//!   reading is older may report last, and must not lower it;
+//! - a refresh lowers a report only where no allocation raised it meanwhile, and an
+//!   allocation that finds its pool within the report while a refresh may be lowering it
+//!   (the refresh may have read the pool before the allocation) does not trust the sum: it
+//!   waits for the refresh and makes one of its own. The refreshes' count, odd while one
+//!   runs, tells; a fence on each side makes sure that a refresh that the allocation does
+//!   not see started reads the pool after the allocation.
 
-use std::sync::atomic::AtomicI64;
-use std::sync::atomic::Ordering::{AcqRel, Acquire};
+use std::sync::atomic::Ordering::SeqCst;
+use std::sync::atomic::{AtomicI64, AtomicU64, fence};
 use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
@@ -25,9 +37,11 @@ use zsmalloc::{Backend, PAGE_SIZE};
 #[derive(Debug)]
 pub struct SharedLimit {
     limit_pages: i64,
-    /// The sum of the members' reports, in pages (a change is added after its report, so
-    /// it may be off by the changes on their way, and below zero for a moment).
+    /// The sum of the members' reports, in pages: raised before a report rises, lowered
+    /// after one falls, so never below theirs.
     reported: AtomicI64,
+    /// Refreshes begun and ended: odd while one runs.
+    refreshes: AtomicU64,
     members: Mutex<Vec<Arc<Member>>>,
 }
 
@@ -60,13 +74,16 @@ impl SharedLimit {
         Arc::new(Self {
             limit_pages: i64::try_from(pages).unwrap_or(i64::MAX),
             reported: AtomicI64::new(0),
+            refreshes: AtomicU64::new(0),
             members: Mutex::new(Vec::new()),
         })
     }
 
     /// The limit in bytes.
     pub fn limit_bytes(&self) -> u64 {
-        self.limit_pages.unsigned_abs() * PAGE_SIZE as u64
+        self.limit_pages
+            .unsigned_abs()
+            .saturating_mul(PAGE_SIZE as u64)
     }
 
     /// Pages the members' pools hold now.
@@ -102,66 +119,79 @@ impl SharedLimit {
     fn raise(&self, member: &Member, before: i64, now: i64) -> Option<i64> {
         let delta = now - before;
         if delta > 0 {
-            let sum = self.reported.fetch_add(delta, AcqRel) + delta;
+            let sum = self.reported.fetch_add(delta, SeqCst) + delta;
             if member
                 .reported
-                .compare_exchange(before, now, AcqRel, Acquire)
+                .compare_exchange(before, now, SeqCst, SeqCst)
                 .is_ok()
             {
                 return Some(sum);
             }
-            self.reported.fetch_sub(delta, AcqRel);
+            self.reported.fetch_sub(delta, SeqCst);
             return None;
         }
         member
             .reported
-            .compare_exchange(before, now, AcqRel, Acquire)
+            .compare_exchange(before, now, SeqCst, SeqCst)
             .ok()?;
-        Some(self.reported.fetch_add(delta, AcqRel) + delta)
+        Some(self.reported.fetch_add(delta, SeqCst) + delta)
     }
 
-    /// Reads every member's pool afresh into its report; returns the sum of what it read.
-    /// A report that an allocation raised meanwhile stays as raised: the pool was read
-    /// perhaps before that allocation, and lowering the report would hide it.
+    /// Reads every member's pool afresh into its report; returns the sum of what it
+    /// counted. A report that an allocation raised meanwhile stays as raised: the pool was
+    /// read perhaps before that allocation, and lowering the report would hide it. (Each
+    /// report is read before its pool: a pool read after an allocation raised the report
+    /// sees that allocation.)
     fn refresh(&self) -> i64 {
         let members = self.members.lock();
+        self.refreshes.fetch_add(1, SeqCst);
+        // Against the fence in `admits`: an allocation that did not see this refresh begin
+        // is seen by the pool reads below.
+        fence(SeqCst);
         let mut sum = 0i64;
         for m in members.iter() {
-            let before = m.reported.load(Acquire);
+            let before = m.reported.load(SeqCst);
             let now = i64::try_from(pages_of(&m.pool)).unwrap_or(i64::MAX);
             let counted = match self.raise(m, before, now) {
                 Some(_) => now,
-                None => m.reported.load(Acquire).max(now),
+                None => m.reported.load(SeqCst).max(now),
             };
             sum = sum.saturating_add(counted);
         }
+        self.refreshes.fetch_add(1, SeqCst);
         sum
     }
 }
 
 impl Membership {
     /// Whether the group lets the member's pool hold `used` pages, read right after an
-    /// allocation (when not, the caller frees it again).
-    ///
-    /// A report only grows here: of two threads of one device, the one whose reading is
-    /// older may report last, and must not lower it (only a refresh, which reads the pool
-    /// itself, does). A report no smaller than `used` counted this allocation already,
-    /// but the sum with it may be past the limit, so it is checked too. The sum grows
-    /// before the report does: a thread that finds the report raised finds the sum raised
-    /// with it (else a second object in a zspage that a refused first one brought could
-    /// pass on the old sum, and stay once the first is freed).
+    /// allocation (when not, the caller frees it again): the rules are in the module's
+    /// documentation.
     pub(crate) fn admits(&self, used: u64) -> bool {
+        let group = &self.group;
         let used = i64::try_from(used).unwrap_or(i64::MAX);
-        let sum = loop {
-            let before = self.member.reported.load(Acquire);
-            if used <= before {
-                break self.group.reported.load(Acquire);
+        loop {
+            let before = self.member.reported.load(SeqCst);
+            if used > before {
+                match group.raise(&self.member, before, used) {
+                    Some(sum) if sum <= group.limit_pages => return true,
+                    Some(_) => break,
+                    None => continue,
+                }
             }
-            if let Some(sum) = self.group.raise(&self.member, before, used) {
-                break sum;
+            // The report counts this allocation: the sum with it decides, unless a refresh
+            // runs or ran meanwhile (it may have read the pool before the allocation).
+            fence(SeqCst);
+            let begun = group.refreshes.load(SeqCst);
+            if begun.is_multiple_of(2) && self.member.reported.load(SeqCst) >= used {
+                let sum = group.reported.load(SeqCst);
+                if group.refreshes.load(SeqCst) == begun && sum <= group.limit_pages {
+                    return true;
+                }
             }
-        };
-        sum <= self.group.limit_pages || self.group.refresh() <= self.group.limit_pages
+            break;
+        }
+        group.refresh() <= group.limit_pages
     }
 
     /// The group's limit in bytes when it refuses `used` pages ([`Membership::admits`]).
@@ -174,8 +204,8 @@ impl Drop for Membership {
     fn drop(&mut self) {
         let mut members = self.group.members.lock();
         members.retain(|m| !Arc::ptr_eq(m, &self.member));
-        let before = self.member.reported.swap(0, AcqRel);
-        self.group.reported.fetch_sub(before, AcqRel);
+        let before = self.member.reported.swap(0, SeqCst);
+        self.group.reported.fetch_sub(before, SeqCst);
     }
 }
 
@@ -186,9 +216,137 @@ fn pages_of(pool: &Weak<dyn Backend>) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::AtomicUsize;
     use std::sync::atomic::Ordering::Relaxed;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use zsmalloc::{Allocator, Handle};
 
     use super::*;
+
+    /// A pool that only counts pages. Reading the count can run a hook once, right after
+    /// the read, as if another thread ran just then.
+    #[derive(Default)]
+    struct Counted {
+        pages: AtomicUsize,
+        hook: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    }
+
+    impl std::fmt::Debug for Counted {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "Counted({:?})", self.pages)
+        }
+    }
+
+    impl Backend for Counted {
+        fn total_pages(&self) -> usize {
+            let pages = self.pages.load(SeqCst);
+            let hook = self.hook.lock().take();
+            if let Some(hook) = hook {
+                hook();
+            }
+            pages
+        }
+        fn allocator(&self) -> Allocator {
+            Allocator::Malloc
+        }
+        fn malloc(&self, _: usize) -> zsmalloc::Result<Handle> {
+            unreachable!("the group only reads the count")
+        }
+        fn write(&self, _: Handle, _: &[u8]) -> zsmalloc::Result<()> {
+            unreachable!()
+        }
+        fn read_with(&self, _: Handle, _: usize, _: &mut dyn FnMut(&[u8])) -> zsmalloc::Result<()> {
+            unreachable!()
+        }
+        fn free(&self, _: Handle) -> zsmalloc::Result<()> {
+            unreachable!()
+        }
+        fn compact(&self) -> usize {
+            0
+        }
+        fn freeable_pages(&self) -> usize {
+            0
+        }
+        fn huge_class_size(&self) -> usize {
+            PAGE_SIZE
+        }
+        fn metadata_bytes(&self) -> usize {
+            0
+        }
+        fn pages_compacted(&self) -> u64 {
+            0
+        }
+        fn objects(&self) -> usize {
+            0
+        }
+        fn footprint(&self, _: usize) -> zsmalloc::Result<usize> {
+            unreachable!()
+        }
+        fn check_invariants(&self) -> std::result::Result<(), String> {
+            Ok(())
+        }
+    }
+
+    /// A member whose pool held `pages` at its last allocation and none now.
+    fn stale(group: &Arc<SharedLimit>, pool: &Arc<Counted>, pages: usize) -> Membership {
+        let shared: Arc<dyn Backend> = pool.clone();
+        let member = group.join(&shared);
+        pool.pages.store(pages, SeqCst);
+        assert!(member.admits(pages as u64));
+        pool.pages.store(0, SeqCst);
+        member
+    }
+
+    /// A refresh reads the pools of c (which reported 50 pages and holds none), a (30 and
+    /// none) and b (20): right after it read a's pool, a's writer makes a hold `added`
+    /// pages and checks. The pools must then be held to the limit as if the refresh had
+    /// read a's pool after the writer: b can add only what is left.
+    fn refresh_meets_an_allocation(added: usize) {
+        let group = SharedLimit::new(100 * PAGE_SIZE as u64);
+        let [a, b, c] = <[Arc<Counted>; 3]>::default();
+        let _mc = stale(&group, &c, 50);
+        let ma = Arc::new(stale(&group, &a, 30));
+        let shared_b: Arc<dyn Backend> = b.clone();
+        let mb = group.join(&shared_b);
+        b.pages.store(20, SeqCst);
+        assert!(mb.admits(20));
+        let (result_tx, result) = mpsc::channel();
+        let (done_tx, done) = mpsc::channel();
+        let writer: Arc<Mutex<Option<std::thread::JoinHandle<()>>>> = Arc::default();
+        *a.hook.lock() = Some(Box::new({
+            let (a, ma, writer) = (Arc::clone(&a), Arc::clone(&ma), Arc::clone(&writer));
+            move || {
+                *writer.lock() = Some(std::thread::spawn(move || {
+                    a.pages.store(added, SeqCst);
+                    result_tx.send(ma.admits(added as u64)).unwrap();
+                    let _ = done_tx.send(());
+                }));
+                // Let it finish, unless it waits for this refresh to end.
+                let _ = done.recv_timeout(Duration::from_millis(300));
+            }
+        }));
+        b.pages.store(21, SeqCst);
+        assert!(
+            mb.admits(21),
+            "the sum of the reports passed 100: a refresh admits 21"
+        );
+        assert!(result.recv().unwrap(), "{added} + 21 pages fit");
+        writer.lock().take().unwrap().join().unwrap();
+        // b grows as far as the group lets it.
+        let mut held = 21;
+        loop {
+            b.pages.store(held + 1, SeqCst);
+            if !mb.admits(held as u64 + 1) {
+                b.pages.store(held, SeqCst);
+                break;
+            }
+            held += 1;
+        }
+        let total = a.pages.load(SeqCst) + held;
+        assert_eq!(total, 100, "a holds {added} pages, b {held}");
+    }
 
     fn pool() -> Arc<dyn Backend> {
         zsmalloc::open(zsmalloc::PoolConfig::default()).unwrap()
@@ -201,6 +359,18 @@ mod tests {
             handles.push(pool.malloc(PAGE_SIZE).unwrap());
         }
         handles
+    }
+
+    #[test]
+    fn an_allocation_within_its_report_while_a_refresh_reads_its_pool_is_counted() {
+        // The writer's report (30) covers its page: it waits for the refresh to end.
+        refresh_meets_an_allocation(1);
+    }
+
+    #[test]
+    fn an_allocation_past_its_report_while_a_refresh_reads_its_pool_is_counted() {
+        // The writer raises its report: the refresh must not lower it to what it read.
+        refresh_meets_an_allocation(31);
     }
 
     #[test]

@@ -48,7 +48,8 @@
 //!   compressed form, at most 2 × 128 KiB per thread that did I/O) are not in it.
 //!
 //! Lock order: slot lock → (compressor context: per thread, no lock | zsmalloc class-shard
-//! lock → page-source lock).
+//! lock → page-source lock | the shared limit's lock, after the allocation, under which only
+//! the pools' page counts are read).
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -532,8 +533,7 @@ impl Store {
 
     /// Joins `group`'s shared limit; `false` when the store is in one already.
     pub(crate) fn share_limit(&self, group: &Arc<SharedLimit>) -> bool {
-        // A second group's membership is dropped again at once, which leaves it.
-        self.group.set(group.join(&self.pool)).is_ok()
+        self.group.get().is_none() && self.group.set(group.join(&self.pool)).is_ok()
     }
 
     /// Frees every slot and zeroes the counters.
