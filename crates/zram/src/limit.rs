@@ -17,14 +17,20 @@
 //! counts it:
 //! - the sum rises before a report does, so a thread that finds its pool within its
 //!   member's report finds the sum with it;
-//! - a report only rises outside a refresh: of two threads of one device, the one whose
-//!   reading is older may report last, and must not lower it;
-//! - a refresh lowers a report only where no allocation raised it meanwhile, and an
-//!   allocation that finds its pool within the report while a refresh may be lowering it
-//!   (the refresh may have read the pool before the allocation) does not trust the sum: it
-//!   waits for the refresh and makes one of its own. The refreshes' count, odd while one
-//!   runs, tells; a fence on each side makes sure that a refresh that the allocation does
-//!   not see started reads the pool after the allocation.
+//! - an allocation never lowers a report: of two threads of one device, the one whose
+//!   reading is older may report last;
+//! - a refresh (under the group's lock) lowers a report only where no allocation raised it
+//!   meanwhile;
+//! - a check trusts the sum only when no refresh ran during it: a refresh may have read a
+//!   pool before an allocation, counted it low and lowered its report, so that a sum read
+//!   meanwhile misses a page. Such a check waits for the refresh and makes one of its own
+//!   instead. The refreshes' count, odd while one runs, tells; a fence on each side makes
+//!   sure that a refresh the check does not see begin reads the pool after the allocation.
+//!
+//! A device that joins holds what its pool holds, even past the limit; the group then
+//! refuses the others' growth until the pools shrink. A refusal can also come from another
+//! thread's raise that is itself refused a moment later, as two writers racing under the
+//! kernel's `mem_limit` can refuse each other.
 
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::atomic::{AtomicI64, AtomicU64, fence};
@@ -171,23 +177,25 @@ impl Membership {
         let group = &self.group;
         let used = i64::try_from(used).unwrap_or(i64::MAX);
         loop {
-            let before = self.member.reported.load(SeqCst);
-            if used > before {
-                match group.raise(&self.member, before, used) {
-                    Some(sum) if sum <= group.limit_pages => return true,
-                    Some(_) => break,
-                    None => continue,
-                }
-            }
-            // The report counts this allocation: the sum with it decides, unless a refresh
-            // runs or ran meanwhile (it may have read the pool before the allocation).
+            // Against the fence in `refresh`: a refresh this check does not see begin reads
+            // the pool after this allocation.
             fence(SeqCst);
             let begun = group.refreshes.load(SeqCst);
-            if begun.is_multiple_of(2) && self.member.reported.load(SeqCst) >= used {
-                let sum = group.reported.load(SeqCst);
-                if group.refreshes.load(SeqCst) == begun && sum <= group.limit_pages {
-                    return true;
+            let before = self.member.reported.load(SeqCst);
+            let sum = if used > before {
+                match group.raise(&self.member, before, used) {
+                    Some(sum) => sum,
+                    None => continue,
                 }
+            } else {
+                // The report counts this allocation already.
+                group.reported.load(SeqCst)
+            };
+            // A refresh that runs or ran meanwhile may have read a pool before an
+            // allocation it then left uncounted: only the sum of a quiet moment decides.
+            let quiet = begun.is_multiple_of(2) && group.refreshes.load(SeqCst) == begun;
+            if quiet && sum <= group.limit_pages {
+                return true;
             }
             break;
         }
@@ -359,6 +367,84 @@ mod tests {
             handles.push(pool.malloc(PAGE_SIZE).unwrap());
         }
         handles
+    }
+
+    /// Runs `f` on a thread of its own and waits for it up to 300 ms (it may wait for the
+    /// refresh the caller is in); the thread goes into `threads`.
+    fn meanwhile(
+        threads: &Mutex<Vec<std::thread::JoinHandle<()>>>,
+        f: impl FnOnce() + Send + 'static,
+    ) {
+        let (done_tx, done) = mpsc::channel();
+        threads.lock().push(std::thread::spawn(move || {
+            f();
+            let _ = done_tx.send(());
+        }));
+        let _ = done.recv_timeout(Duration::from_millis(300));
+    }
+
+    #[test]
+    fn a_raise_during_a_refresh_is_counted() {
+        let group = SharedLimit::new(100 * PAGE_SIZE as u64);
+        let [k, i, c] = <[Arc<Counted>; 3]>::default();
+        let join = |pool: &Arc<Counted>, pages: usize| {
+            let shared: Arc<dyn Backend> = pool.clone();
+            let member = Arc::new(group.join(&shared));
+            pool.pages.store(pages, SeqCst);
+            assert!(member.admits(pages as u64));
+            member
+        };
+        // k holds 48 pages, i 50 (it reported 52), c none: the reports sum to 100.
+        let mk = join(&k, 48);
+        let mi = join(&i, 52);
+        i.pages.store(50, SeqCst);
+        let mc = join(&c, 0);
+        let threads: Arc<Mutex<Vec<std::thread::JoinHandle<()>>>> = Arc::default();
+        let admitted: Arc<Mutex<Vec<(char, bool)>>> = Arc::default();
+        // The first refresh (c's) reads i's pool (50); then i's writer adds a page, within
+        // its report, and must refresh after it. That second refresh reads k's pool (48),
+        // then i's: then k's writer adds a page, past its report (48).
+        // A writer that adds a page to `pool` and checks, taking the page back if refused.
+        let writer = |name: char, pool: &Arc<Counted>, member: Arc<Membership>| {
+            let (pool, admitted) = (Arc::clone(pool), Arc::clone(&admitted));
+            move || {
+                let pages = pool.pages.fetch_add(1, SeqCst) + 1;
+                let ok = member.admits(pages as u64);
+                if !ok {
+                    pool.pages.fetch_sub(1, SeqCst);
+                }
+                admitted.lock().push((name, ok));
+            }
+        };
+        let (write_i, write_k) = (writer('i', &i, mi), writer('k', &k, mk));
+        *i.hook.lock() = Some(Box::new({
+            let (i, threads) = (Arc::clone(&i), Arc::clone(&threads));
+            move || {
+                let second = {
+                    let threads = Arc::clone(&threads);
+                    move || meanwhile(&threads, write_k)
+                };
+                *i.hook.lock() = Some(Box::new(second));
+                meanwhile(&threads, write_i);
+            }
+        }));
+        c.pages.store(1, SeqCst);
+        assert!(mc.admits(1), "48 + 50 + 1 pages fit");
+        // The threads end (each refreshes at most once more).
+        loop {
+            let thread = threads.lock().pop();
+            match thread {
+                Some(t) => t.join().unwrap(),
+                None => break,
+            }
+        }
+        let total: usize = [&k, &i, &c].iter().map(|p| p.pages.load(SeqCst)).sum();
+        assert!(
+            total <= 100,
+            "the pools hold {total} pages: {:?}",
+            admitted.lock()
+        );
+        assert_eq!(admitted.lock().len(), 2);
     }
 
     #[test]
