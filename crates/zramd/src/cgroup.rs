@@ -7,8 +7,9 @@
 //! room for what is not in the pools (slot tables, the allocator's metadata, cached pages,
 //! request buffers, the program itself). A write past it fails with `ENOSPC`, as under
 //! `mem_limit`, and the data already stored stays. The devices also share the budget
-//! ([`shared_limit`]): all their pools together hold at most the budget, so that several
-//! devices cannot pass the limit between them either. The limit is read once, at start.
+//! ([`share_total`]): all their pools together hold at most the budget (or
+//! `--total-mem-limit`, if lower), so that several devices cannot pass the limit between
+//! them either. The limit is read once, at start.
 //! Library users (and `Device`s made without `serve`) are not capped.
 
 use std::path::{Path, PathBuf};
@@ -47,14 +48,20 @@ pub fn budget_of(limit: u64) -> u64 {
     limit.saturating_sub(ROOM + limit / 8).max(limit / 4).max(1)
 }
 
-/// The limit every device's pool shares with the others' where the cap is on: the pool
-/// budget, for all of them together. One for the process.
+/// The limit all devices' pools share ([`share_total`]), if one is set.
+static SHARED: OnceLock<Arc<SharedLimit>> = OnceLock::new();
+
+/// Holds every device made from now on, together with the others, to `bytes` (`zramd
+/// serve` calls it before it makes its devices, with the cgroup's pool budget or
+/// `--total-mem-limit`, the lower of the two). Set once for the process: a second call
+/// changes nothing and returns `false`.
+pub fn share_total(bytes: u64) -> bool {
+    SHARED.set(SharedLimit::new(bytes)).is_ok()
+}
+
+/// The limit all devices' pools share, if [`share_total`] set one.
 pub fn shared_limit() -> Option<Arc<SharedLimit>> {
-    static GROUP: OnceLock<Option<Arc<SharedLimit>>> = OnceLock::new();
-    pool_budget()?;
-    GROUP
-        .get_or_init(|| pool_budget().map(SharedLimit::new))
-        .clone()
+    SHARED.get().cloned()
 }
 
 /// `mem_limit` as a device applies it: `bytes` (0: none) capped at the pool budget.

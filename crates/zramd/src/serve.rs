@@ -108,6 +108,13 @@ pub struct ServerSettings {
     #[arg(long)]
     #[serde(default)]
     pub no_cgroup_cap: bool,
+    /// All devices' pools together hold at most this (K/M/G suffixes; 0 = no such limit;
+    /// beyond the kernel): past it a write fails with ENOSPC, as past a device's
+    /// `mem_limit`. In a memory cgroup with a limit, the lower of it and the cgroup's
+    /// budget applies.
+    #[arg(long, default_value_t = Size(0))]
+    #[serde(default)]
+    pub total_mem_limit: Size,
 }
 
 /// The config file (`--config FILE`).
@@ -430,10 +437,19 @@ pub fn summary(registry: &Registry) -> String {
 /// Runs the server until SIGINT, SIGTERM or SIGHUP ([`crate::daemon`]).
 pub fn run(options: &ServeOptions) -> anyhow::Result<()> {
     let mut options = options.clone();
+    let mut shared = Some(options.settings.total_mem_limit.bytes()).filter(|&t| t > 0);
+    if let Some(total) = shared {
+        println!(
+            "total memory limit {}: the devices' pools hold at most that together \
+             (past it a write fails with ENOSPC)",
+            crate::human::size(total)
+        );
+    }
     if !options.settings.no_cgroup_cap
         && let Some(limit) = crate::cgroup::enable()
     {
         let budget = crate::cgroup::budget_of(limit);
+        shared = Some(shared.map_or(budget, |total| total.min(budget)));
         // Request buffers are outside the pools: at most half the room.
         let buffers = &mut options.settings.nbd.max_in_flight;
         buffers.0 = buffers.0.min(limit.saturating_sub(budget) / 2);
@@ -445,6 +461,9 @@ pub fn run(options: &ServeOptions) -> anyhow::Result<()> {
             crate::human::size(budget),
             crate::human::size(buffers.0)
         );
+    }
+    if let Some(bytes) = shared {
+        crate::cgroup::share_total(bytes);
     }
     let options = &options;
     let server = Server::start(options)?;
