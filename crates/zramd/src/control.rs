@@ -431,9 +431,15 @@ pub fn call_value(path: &Path, request: &Request) -> anyhow::Result<serde_json::
     stream.set_read_timeout((!long).then_some(Duration::from_secs(60)))?;
     let mut out = serde_json::to_vec(request)?;
     out.push(b'\n');
-    (&stream).write_all(&out)?;
+    // A server too busy to take the request answers so at once and closes: the write may
+    // then fail, and the answer waiting to be read says why.
+    let sent = (&stream).write_all(&out);
     let mut line = String::new();
-    BufReader::new(&stream).read_line(&mut line)?;
+    let read = BufReader::new(&stream).read_line(&mut line);
+    if line.is_empty() {
+        sent?;
+        read?;
+    }
     let response: serde_json::Value =
         serde_json::from_str(&line).context("parse the server's answer")?;
     if response.get("ok") != Some(&serde_json::Value::Bool(true)) {

@@ -2,9 +2,10 @@
 //! whole within [`REQUEST_DEADLINE`] and at most the endpoint's longest request, one answer
 //! written within [`ANSWER_DEADLINE`], then the connection closes. At most
 //! [`Endpoint::MAX_CONNECTIONS`] at once; when full, the oldest connection still sending
-//! its request makes way (`crate::table`), so silent connections keep no one out. A request
-//! too long or too slow, and a connection refused because all are busy answering, get an
-//! error answer.
+//! its request makes way, else the one answered longest ago (the server waits a while for
+//! an answered peer to close: `stream::answer_and_close`), so neither silent clients nor
+//! answered ones that hold on keep anyone out (`crate::table`). A request too long or too
+//! slow, and a connection refused because all are busy answering, get an error answer.
 
 use std::io;
 use std::net::Shutdown;
@@ -62,6 +63,7 @@ impl<E: Endpoint> Handler for Served<E> {
             E::MAX_REQUEST,
             deadline_in(REQUEST_DEADLINE),
         );
+        let answering = read.is_ok();
         let answer = match read {
             Ok(request) => {
                 slot.activity.answering();
@@ -80,7 +82,14 @@ impl<E: Endpoint> Handler for Served<E> {
                 return;
             }
         };
-        answer_and_close(&mut conn, &answer, deadline_in(ANSWER_DEADLINE));
+        // Once the answer is out the connection is idle: a peer that neither reads nor
+        // closes holds its place only until a newcomer needs it. (One whose request was
+        // refused never left the table's first phase, where the same holds.)
+        answer_and_close(&mut conn, &answer, deadline_in(ANSWER_DEADLINE), || {
+            if answering {
+                slot.activity.end();
+            }
+        });
     }
 
     fn refuse<C: Conn>(&self, conn: &mut C) {

@@ -16,8 +16,9 @@
 //! `HEAD /metrics` answers the headers alone (with the length of the body `GET` would
 //! get); other methods get 405. Scrapes are served concurrently, each connection on its own
 //! thread and bounded as every endpoint (`crate::endpoint`): at most [`MAX_CONNECTIONS`] at
-//! once, and when full the oldest connection still sending its request makes way, so silent
-//! connections cannot keep a scrape out; 5 s for the whole request head, at most
+//! once, and when full the oldest connection still sending its request (else the one
+//! answered longest ago) makes way, so neither silent connections nor answered ones that do
+//! not close can keep a scrape out; 5 s for the whole request head, at most
 //! [`MAX_HEAD`] bytes of it.
 
 mod conns;

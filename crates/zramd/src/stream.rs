@@ -134,14 +134,21 @@ pub(crate) fn read_until_by<C: Conn>(
 }
 
 /// Sends a last answer and closes: writes it (bounded by `deadline`), ends the sending side,
-/// then reads and drops what the peer still sends until it closes or `deadline` passes, so
-/// that closing with unread input does not reset the connection under the answer.
-pub(crate) fn answer_and_close<C: Conn>(conn: &mut C, answer: &[u8], deadline: Instant) {
+/// calls `sent`, then reads and drops what the peer still sends until it closes or
+/// `deadline` passes, so that closing with unread input does not reset the connection under
+/// the answer.
+pub(crate) fn answer_and_close<C: Conn>(
+    conn: &mut C,
+    answer: &[u8],
+    deadline: Instant,
+    sent: impl FnOnce(),
+) {
     if write_all_by(conn, answer, deadline).is_err() {
         conn.close(Shutdown::Both);
         return;
     }
     conn.close(Shutdown::Write);
+    sent();
     let mut sink = [0u8; 4096];
     while arm(conn, deadline).is_ok() {
         match conn.read(&mut sink) {

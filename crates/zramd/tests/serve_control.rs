@@ -323,6 +323,61 @@ fn control_requests_are_bounded() {
     server.stop();
 }
 
+/// Tries `attempt` every 20 ms until it succeeds or 3 s have passed (a connection the
+/// server just answered may take a moment to count as idle); its last error otherwise.
+fn within_3s<T>(mut attempt: impl FnMut() -> Result<T, String>) -> Result<T, String> {
+    let start = Instant::now();
+    loop {
+        match attempt() {
+            Ok(v) => return Ok(v),
+            Err(e) if start.elapsed() > Duration::from_secs(3) => return Err(e),
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+#[test]
+fn answered_clients_that_hold_on_make_way() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&options(dir.path())).unwrap();
+    let path = server.control_path.clone();
+    // As many clients as the control socket serves at once send a request each, read the
+    // answer to its end, and then do not close (the server drains such a connection for up
+    // to 10 s, so that closing does not reset it under the answer).
+    let holding: Vec<UnixStream> = (0..control::MAX_CONNECTIONS)
+        .map(|_| {
+            let mut s = UnixStream::connect(&path).unwrap();
+            s.write_all(b"{\"cmd\":\"stat\"}\n").unwrap();
+            assert!(read_all(&mut s).contains("devices"));
+            s
+        })
+        .collect();
+    within_3s(|| control::call(&path, &Request::Stat).map_err(|e| e.to_string()))
+        .expect("a newcomer is served");
+    // The metrics endpoint likewise.
+    let addr = server.metrics_addr.unwrap();
+    let request = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+    let scrape = || -> Result<(TcpStream, String), String> {
+        let mut http = TcpStream::connect(addr).map_err(|e| e.to_string())?;
+        http.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        http.write_all(request).map_err(|e| e.to_string())?;
+        let mut body = String::new();
+        http.read_to_string(&mut body).map_err(|e| e.to_string())?;
+        Ok((http, body))
+    };
+    let scrapers: Vec<TcpStream> = (0..metrics::MAX_CONNECTIONS)
+        .map(|_| scrape().unwrap().0)
+        .collect();
+    let (_, body) = within_3s(|| match scrape()? {
+        (_, body) if body.starts_with("HTTP/1.1 200") => Ok(((), body)),
+        (_, body) => Err(body.lines().next().unwrap_or("").to_owned()),
+    })
+    .expect("a newcomer's scrape is answered");
+    assert!(body.contains("zramd_orig_data_size_bytes"));
+    drop((holding, scrapers));
+    server.stop();
+}
+
 #[test]
 fn silent_connections_cannot_block_a_scrape() {
     let dir = tempfile::tempdir().unwrap();
