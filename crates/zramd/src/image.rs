@@ -5,8 +5,8 @@
 //! and what lies past the file's end reads as zeroes. The file must be a regular file: a
 //! missing file, a directory or anything else is refused, as is one larger than the device.
 
-use std::fs::File;
 use std::io::{ErrorKind, Read as _};
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::Path;
 
 use anyhow::{Context as _, bail};
@@ -20,7 +20,13 @@ const CHUNK: usize = 1 << 20;
 /// loaded. All-zero stretches are skipped: a new device reads as zeroes already.
 pub fn load(device: &Device, path: &Path) -> anyhow::Result<u64> {
     let what = || format!("device {}: image {}", device.name(), path.display());
-    let mut file = File::open(path).with_context(what)?;
+    // Opened without blocking, so that a FIFO (refused below) cannot hold the start up
+    // waiting for a writer; a regular file reads the same either way.
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .with_context(what)?;
     let meta = file.metadata().with_context(what)?;
     if !meta.is_file() {
         bail!("{}: not a regular file", what());

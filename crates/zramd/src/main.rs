@@ -219,8 +219,9 @@ fn parse_allocator(s: &str) -> Result<zram::Allocator, String> {
 }
 
 /// The ids of the device options, which a config file replaces.
-const DEVICE_ARGS: [&str; 19] = [
+const DEVICE_ARGS: [&str; 20] = [
     "allocator",
+    "fault_ahead",
     "name",
     "size",
     "read_only",

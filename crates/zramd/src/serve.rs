@@ -20,6 +20,10 @@ use crate::listen::{Listener, SocketAccess, bind_unix};
 use crate::nbd::{ServerConfig, Service};
 use crate::registry::{Endpoint, Registry};
 
+mod check;
+use check::same_file;
+pub use check::{MAX_CONFIG, MAX_NAME, check_devices, read_config};
+
 /// The default NBD address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:10809";
 
@@ -29,7 +33,8 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:10809";
 /// device's own [`ZramConfig`], passed down whole.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
 pub struct DeviceSpec {
-    /// Device and export name.
+    /// Device and export name (1 to 255 bytes; not `.` or `..`; no `/` or control
+    /// characters).
     #[arg(long, default_value = "zram0")]
     pub name: String,
     /// Device size (K/M/G suffixes).
@@ -69,12 +74,7 @@ impl Default for DeviceSpec {
 impl DeviceSpec {
     /// Makes the device, initialized, holding its image if it has one.
     pub fn build(&self) -> anyhow::Result<Device> {
-        if self.name.is_empty() || self.name.contains(['/', '\0']) {
-            bail!("device name {:?} is not a valid name", self.name);
-        }
-        if self.size.bytes() == 0 {
-            bail!("device {}: size must be more than 0", self.name);
-        }
+        self.check()?;
         let device = Device::with_size(self.name.clone(), self.config.clone(), self.size.bytes())
             .with_context(|| format!("device {}", self.name))?;
         if let Some(image) = &self.image {
@@ -150,10 +150,21 @@ fn unknown_key(given: &toml::Table, parsed: &impl Serialize) -> anyhow::Result<O
 
 impl ConfigFile {
     /// Reads and checks a config file.
-    pub fn load(path: &std::path::Path) -> anyhow::Result<Self> {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
-        Self::parse(&text).with_context(|| format!("parse {}", path.display()))
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = read_config(path)?;
+        let config = Self::parse(&text).with_context(|| format!("parse {}", path.display()))?;
+        for spec in &config.device {
+            if let Some(backing) = &spec.config.backing_dev
+                && same_file(backing, path)
+            {
+                bail!(
+                    "device {}: backing_dev {} is the config file",
+                    spec.name,
+                    backing.display()
+                );
+            }
+        }
+        Ok(config)
     }
 
     /// Parses and checks a config file's text.
@@ -168,10 +179,28 @@ impl ConfigFile {
         }
         let given = raw.get("device").and_then(toml::Value::as_array);
         for (table, spec) in given.into_iter().flatten().zip(&config.device) {
-            if let Some(table) = table.as_table()
-                && let Some(key) = unknown_key(table, spec)?
-            {
+            let Some(table) = table.as_table() else {
+                continue;
+            };
+            if let Some(key) = unknown_key(table, spec)? {
                 bail!("device {:?}: unknown setting {key:?}", spec.name);
+            }
+            let recomp = table
+                .get("recomp_algorithm")
+                .and_then(toml::Value::as_array);
+            for (entry, parsed) in recomp
+                .into_iter()
+                .flatten()
+                .zip(&spec.config.recomp_algorithm)
+            {
+                if let Some(entry) = entry.as_table()
+                    && let Some(key) = unknown_key(entry, parsed)?
+                {
+                    bail!(
+                        "device {:?}: recomp_algorithm: unknown setting {key:?}",
+                        spec.name
+                    );
+                }
             }
         }
         let mut names: Vec<&str> = config.device.iter().map(|d| d.name.as_str()).collect();
@@ -266,6 +295,7 @@ impl Server {
             // First: the threads started from here on inherit the I/O flusher flag.
             tracing::info!("{}", crate::swap::apply()?);
         }
+        check_devices(&options.devices)?;
         let mut exports = Vec::new();
         for spec in &options.devices {
             exports.push(Arc::new(Export::new(

@@ -1,7 +1,7 @@
 //! `zramd serve --image FILE` (config key `image`): the file's bytes are what the export
 //! serves from the start, read back over NBD with nbdcopy byte for byte (zeroes past the
-//! file's end); a file larger than the device, a missing file and a directory are refused
-//! with a clear error before anything is served.
+//! file's end); a file larger than the device, a missing file, a directory and a FIFO are
+//! refused with a clear error before anything is served.
 
 mod common {
     pub mod have;
@@ -96,10 +96,14 @@ fn bad_images_are_refused_clearly() {
     let (img, _) = image(dir.path());
     let missing = dir.path().join("missing.img");
     let socket = dir.path().join("nbd.sock");
+    // A FIFO no one writes to: opening it to read would wait for a writer.
+    let fifo = dir.path().join("fifo");
+    run_ok(Command::new("mkfifo").arg(&fifo), Duration::from_secs(10));
     for (path, size, why) in [
         (&img, "1M", "is larger than the device"),
         (&missing, "4M", "No such file"),
         (&dir.path().to_path_buf(), "4M", "not a regular file"),
+        (&fifo, "4M", "not a regular file"),
     ] {
         let r = run(
             Command::new(env!("CARGO_BIN_EXE_zramd"))
@@ -149,4 +153,13 @@ fn image_is_a_device_option_and_a_config_key() {
     );
     assert!(!r.ok, "{}", r.stdout);
     assert!(r.stderr.contains("--image"), "{}", r.stderr);
+    // So does every device option, down to the last one added.
+    let r = run(
+        Command::new(env!("CARGO_BIN_EXE_zramd"))
+            .args(["serve", "--no-fault-ahead", "--config"])
+            .arg(&config),
+        Duration::from_secs(30),
+    );
+    assert!(!r.ok, "{}", r.stdout);
+    assert!(r.stderr.contains("--no-fault-ahead"), "{}", r.stderr);
 }

@@ -73,7 +73,7 @@ pub fn ram_mib() -> anyhow::Result<f64> {
 
 /// Reads a zram-generator.conf and makes its devices, logging the warnings.
 pub fn load(path: &Path) -> anyhow::Result<Vec<DeviceSpec>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
+    let text = crate::serve::read_config(path)?;
     let generated = parse(&text, ram_mib()?).with_context(|| format!("{}", path.display()))?;
     for w in &generated.warnings {
         tracing::warn!("{}: {w}", path.display());

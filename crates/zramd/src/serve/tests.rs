@@ -134,3 +134,110 @@ fn chain_size_zero_is_an_invalid_chain_size() {
         );
     }
 }
+
+#[test]
+fn device_names_a_front_end_cannot_serve_are_refused() {
+    let named = |name: &str| DeviceSpec {
+        name: name.to_owned(),
+        ..DeviceSpec::default()
+    };
+    for bad in [
+        String::new(),
+        ".".into(),
+        "..".into(),
+        "a/b".into(),
+        "a\0b".into(),
+        "two\nlines".into(),
+        "tab\there".into(),
+        "x".repeat(MAX_NAME + 1),
+    ] {
+        let err = named(&bad).check().unwrap_err().to_string();
+        assert!(err.contains("is not a valid name"), "{bad:?}: {err}");
+    }
+    for good in ["zram0", "my-disk.1", "..a", "ü", &"x".repeat(MAX_NAME)] {
+        named(good).check().unwrap();
+    }
+    let zero = DeviceSpec {
+        size: Size(0),
+        ..DeviceSpec::default()
+    };
+    assert!(zero.check().unwrap_err().to_string().contains("size"));
+}
+
+#[test]
+fn unknown_keys_of_a_recomp_algorithm_are_refused() {
+    let config = |entry: &str| {
+        ConfigFile::parse(&format!(
+            "[[device]]\nname = \"a\"\nrecomp_algorithm = [{{ {entry} }}]\n"
+        ))
+    };
+    config("priority = 1, algorithm = \"zstd\", level = 5").unwrap();
+    for (entry, key) in [
+        ("priority = 1, algorithm = \"zstd\", levle = 5", "levle"),
+        (
+            "priority = 1, algorithm = \"zstd\", dictionary = \"d\"",
+            "dictionary",
+        ),
+    ] {
+        let err = format!("{:#}", config(entry).unwrap_err());
+        assert!(err.contains(&format!("unknown setting {key:?}")), "{err}");
+    }
+}
+
+#[test]
+fn a_config_file_is_read_up_to_a_bound() {
+    let err = format!(
+        "{:#}",
+        ConfigFile::load(Path::new("/dev/zero")).unwrap_err()
+    );
+    assert!(err.contains("longer than 16 MiB"), "{err}");
+}
+
+#[test]
+fn no_backing_file_is_an_image_or_the_config_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("disk.img");
+    std::fs::write(&image, [7u8; 8192]).unwrap();
+    let config = dir.path().join("zramd.toml");
+    let text = format!(
+        "[[device]]\nname = \"a\"\nsize = \"1M\"\nimage = {:?}\n\
+         [[device]]\nname = \"b\"\nsize = \"1M\"\nbacking_dev = {:?}\n",
+        image.display().to_string(),
+        image.display().to_string(),
+    );
+    std::fs::write(&config, &text).unwrap();
+    let specs = ConfigFile::load(&config).unwrap().device;
+    let err = check_devices(&specs).unwrap_err().to_string();
+    assert!(err.contains("is device a's image"), "{err}");
+    // Nothing was made, so nothing was discarded.
+    assert_eq!(std::fs::read(&image).unwrap(), [7u8; 8192]);
+
+    let own = format!(
+        "[[device]]\nname = \"a\"\nbacking_dev = {:?}\n",
+        config.display().to_string()
+    );
+    std::fs::write(&config, &own).unwrap();
+    let err = format!("{:#}", ConfigFile::load(&config).unwrap_err());
+    assert!(err.contains("is the config file"), "{err}");
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), own);
+
+    // A bad device later in the list stops the start before an earlier one is made.
+    let backing = dir.path().join("b.img");
+    std::fs::write(&backing, [9u8; 4096]).unwrap();
+    let mut specs = ConfigFile::parse(&format!(
+        "[[device]]\nname = \"a\"\nsize = \"1M\"\nbacking_dev = {:?}\n\
+         [[device]]\nname = \"..\"\nsize = \"1M\"\n",
+        backing.display().to_string()
+    ))
+    .unwrap()
+    .device;
+    let err = Server::start(&ServeOptions {
+        devices: std::mem::take(&mut specs),
+        unix: vec![dir.path().join("nbd.sock")],
+        control: Some(dir.path().join("control.sock")),
+        ..ServeOptions::default()
+    })
+    .expect_err("refused");
+    assert!(err.to_string().contains("is not a valid name"), "{err}");
+    assert_eq!(std::fs::read(&backing).unwrap(), [9u8; 4096]);
+}
