@@ -138,9 +138,11 @@ impl Parser<'_> {
 
     fn number(&mut self) -> Result<f64, String> {
         let digits = self.take(|b| b.is_ascii_digit() || b == b'.');
-        digits
-            .parse()
-            .map_err(|_| format!("{digits:?} is not a number"))
+        match digits.parse::<f64>() {
+            Ok(value) if value.is_finite() => Ok(value),
+            Ok(_) => Err(format!("{digits:?} is too large")),
+            Err(_) => Err(format!("{digits:?} is not a number")),
+        }
     }
 
     fn name(&mut self) -> Result<f64, String> {
@@ -151,11 +153,20 @@ impl Parser<'_> {
             "max" => f64::max,
             _ => return Err(format!("unknown name {name:?} (ram, min, max)")),
         };
+        // `min` and `max` pass over a NaN argument: an argument that overflowed must not
+        // vanish in them.
+        let finite = |v: f64| {
+            if v.is_finite() {
+                Ok(v)
+            } else {
+                Err(format!("an argument of {name}(…) is not a finite number"))
+            }
+        };
         self.expect(b'(')?;
-        let mut value = self.sum()?;
+        let mut value = finite(self.sum()?)?;
         while self.peek() == Some(b',') {
             self.pos += 1;
-            value = pick(value, self.sum()?);
+            value = pick(value, finite(self.sum()?)?);
         }
         self.expect(b')')?;
         Ok(value)
@@ -197,6 +208,11 @@ mod tests {
             ("", "unexpected end"),
             ("ram % 2", "unexpected \"% 2\""),
             ("4 $", "unexpected \"$\""),
+            (&format!("1{}", "0".repeat(400)), "is too large"),
+            (
+                &format!("min(1{z} * 1{z} - 1{z} * 1{z}, 16)", z = "0".repeat(200)),
+                "not a finite number",
+            ),
         ] {
             let err = eval(text, 2000.0).unwrap_err();
             assert!(err.contains(why), "{text:?}: {err}");

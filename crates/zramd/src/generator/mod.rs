@@ -184,7 +184,7 @@ fn device(
             return Ok(None);
         }
     }
-    let size = mib(s, "zram-size", &size_expression(s), ram_mib)?;
+    let size = mib(s, "zram-size", &size_expression(s)?, ram_mib)?;
     if size == 0 {
         warnings.push(format!("[{}] not made: its zram-size is 0", s.name));
         return Ok(None);
@@ -239,16 +239,24 @@ const KNOWN: [&str; 8] = [
 
 /// The size expression: `zram-size`, else the old `zram-fraction`/`max-zram-size` pair, else
 /// the default.
-fn size_expression(s: &Section) -> String {
+fn size_expression(s: &Section) -> anyhow::Result<String> {
     let (fraction, max) = (s.get("zram-fraction"), s.get("max-zram-size"));
     if s.get("zram-size").is_some() || (fraction.is_none() && max.is_none()) {
-        return DEFAULT_SIZE.to_owned();
+        return Ok(DEFAULT_SIZE.to_owned());
     }
-    let share = format!("ram * ({})", fraction.unwrap_or("0.5"));
-    match max.unwrap_or("4096") {
+    // Numbers, as the generator takes them (not expressions to paste into one).
+    let number = |key: &str, text: &str| match text.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(anyhow::anyhow!("{key} = {text}: not a number of 0 or more")),
+    };
+    let share = format!(
+        "ram * {}",
+        number("zram-fraction", fraction.unwrap_or("0.5"))?
+    );
+    Ok(match max.unwrap_or("4096") {
         "none" => share,
-        max => format!("min({share}, {max})"),
-    }
+        max => format!("min({share}, {})", number("max-zram-size", max)?),
+    })
 }
 
 /// A key's expression in MiB (`default` when absent) as bytes, whole pages.
@@ -258,7 +266,11 @@ fn mib(s: &Section, key: &str, default: &str, ram_mib: f64) -> anyhow::Result<u6
     if value < 0.0 {
         bail!("{key} = {text}: {value} MiB is negative");
     }
-    let bytes = (value * 1024.0 * 1024.0) as u64;
+    let bytes = value * 1024.0 * 1024.0;
+    if bytes >= u64::MAX as f64 {
+        bail!("{key} = {text}: {value} MiB is too large");
+    }
+    let bytes = bytes as u64;
     Ok(bytes / 4096 * 4096)
 }
 

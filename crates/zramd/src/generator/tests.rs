@@ -154,6 +154,16 @@ fn bad_input_is_one_clear_line() {
             "[zram0]\nzram-resident-limit = 1/0\n",
             "zram-resident-limit = 1/0: division by zero",
         ),
+        (
+            "[zram0]\nzram-fraction = 0.5) * (1000\n",
+            "zram-fraction = 0.5) * (1000: not a number",
+        ),
+        (
+            "[zram0]\nmax-zram-size = ram\n",
+            "max-zram-size = ram: not a number",
+        ),
+        ("[zram0]\nzram-fraction = -1\n", "not a number of 0 or more"),
+        ("[zram0]\nzram-size = 99999999999999999\n", "is too large"),
     ] {
         let e = err(text);
         assert!(e.contains(why), "{text:?}: {e}");
