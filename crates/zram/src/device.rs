@@ -58,7 +58,11 @@ impl Zram {
                     readahead: config.readback_readahead,
                     ..FileOptions::default()
                 };
-                let file = FileBacking::open(path, options).map_err(Error::Backing)?;
+                let file =
+                    FileBacking::open(path, options).map_err(|cause| Error::BackingOpen {
+                        path: path.clone(),
+                        cause,
+                    })?;
                 Some(Arc::new(file) as Arc<dyn Backing>)
             }
             None => None,

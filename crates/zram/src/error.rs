@@ -44,8 +44,9 @@ pub enum Error {
         limit: u64,
     },
     /// The allocator refused: out of memory, or (a bug) a stale handle.
+    // Not a `source` as well: a report of the chain (`{:#}`) would say it twice.
     #[error("allocator: {0}")]
-    Alloc(#[from] zsmalloc::Error),
+    Alloc(zsmalloc::Error),
     /// The slot table of a device this large cannot be had.
     #[error("no memory for the slot table of a {disksize}-byte device")]
     TableTooLarge {
@@ -106,7 +107,15 @@ pub enum Error {
     Corrupt(String),
     /// The backing file failed (writing back, or reading a written-back slot).
     #[error("backing file: {0}")]
-    Backing(#[from] std::io::Error),
+    Backing(std::io::Error),
+    /// The backing file at `path` could not be opened or set up.
+    #[error("backing file {}: {cause}", path.display())]
+    BackingOpen {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        cause: std::io::Error,
+    },
     /// Writeback asked of a device with no `backing_dev`.
     #[error("no backing device is set")]
     NoBackingDev,
@@ -155,16 +164,30 @@ impl Error {
             Error::Alloc(_) | Error::Compress { .. } | Error::Corrupt(_) => libc::EIO,
             // The file's own errno (ENOSPC, EIO...); a path that is not a usable file is
             // EINVAL; a short read is EIO.
-            Error::Backing(e) => e.raw_os_error().unwrap_or(match e.kind() {
-                std::io::ErrorKind::InvalidInput => libc::EINVAL,
-                std::io::ErrorKind::ResourceBusy => libc::EBUSY,
-                _ => libc::EIO,
-            }),
+            Error::Backing(e) | Error::BackingOpen { cause: e, .. } => {
+                e.raw_os_error().unwrap_or(match e.kind() {
+                    std::io::ErrorKind::InvalidInput => libc::EINVAL,
+                    std::io::ErrorKind::ResourceBusy => libc::EBUSY,
+                    _ => libc::EIO,
+                })
+            }
             Error::NoBackingDev => libc::ENODEV,
             Error::WritebackLimit => libc::EIO,
             Error::Busy => libc::EAGAIN,
             Error::InvalidArgument(_) => libc::EINVAL,
         }
+    }
+}
+
+impl From<zsmalloc::Error> for Error {
+    fn from(e: zsmalloc::Error) -> Self {
+        Error::Alloc(e)
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::Backing(e)
     }
 }
 
@@ -174,6 +197,27 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cause_is_told_once_and_a_backing_file_by_its_path() {
+        use std::error::Error as _;
+        let open = Error::BackingOpen {
+            path: "/no/such/file".into(),
+            cause: std::io::Error::from_raw_os_error(libc::ENOENT),
+        };
+        assert_eq!(open.errno(), libc::ENOENT);
+        let text = open.to_string();
+        assert!(text.starts_with("backing file /no/such/file: "), "{text}");
+        assert!(text.contains("No such file"), "{text}");
+        // Told in the message, so not again as a source.
+        assert!(open.source().is_none());
+        assert!(Error::from(std::io::Error::other("x")).source().is_none());
+        assert!(
+            Error::from(zsmalloc::Error::InvalidChainSize(0))
+                .source()
+                .is_none()
+        );
+    }
 
     #[test]
     fn errnos_follow_the_request() {

@@ -241,3 +241,17 @@ fn no_backing_file_is_an_image_or_the_config_file() {
     assert!(err.to_string().contains("is not a valid name"), "{err}");
     assert_eq!(std::fs::read(&backing).unwrap(), [9u8; 4096]);
 }
+
+#[test]
+fn a_missing_backing_file_is_named_and_its_cause_told_once() {
+    let spec = DeviceSpec {
+        config: ZramConfig {
+            backing_dev: Some("/no/such/dir/backing.img".into()),
+            ..ZramConfig::default()
+        },
+        ..DeviceSpec::default()
+    };
+    let err = format!("{:#}", spec.build().unwrap_err());
+    assert!(err.contains("/no/such/dir/backing.img"), "{err}");
+    assert_eq!(err.matches("No such file").count(), 1, "{err}");
+}
