@@ -152,7 +152,9 @@ impl Error {
             Error::OutOfRange { .. } => libc::EINVAL,
             Error::MemLimit { .. } | Error::Alloc(zsmalloc::Error::OutOfMemory(_)) => libc::ENOSPC,
             Error::TableTooLarge { .. } => libc::ENOMEM,
-            Error::Alloc(zsmalloc::Error::InvalidChainSize(_)) => libc::EINVAL,
+            Error::Alloc(
+                zsmalloc::Error::InvalidChainSize(_) | zsmalloc::Error::InvalidShards { .. },
+            ) => libc::EINVAL,
             Error::Alloc(zsmalloc::Error::Unsupported { .. }) => libc::EOPNOTSUPP,
             Error::UnknownAlgorithm(_)
             | Error::InvalidLevel { .. }

@@ -98,7 +98,7 @@ impl Policy {
                         _ => return Err(bad(w)),
                     }
                 }
-                ("interval", v) => p.interval = secs(v, w)?.max(1),
+                ("interval", v) => p.interval = secs(v, w)?,
                 ("recompress_age", v) => p.recompress_age = opt(v, w)?,
                 ("recompress_priority", v) => {
                     p.recompress_priority = match opt(v, w)? {
@@ -115,7 +115,28 @@ impl Policy {
                 _ => return Err(bad(w)),
             }
         }
+        p.check()?;
         *self = p;
+        Ok(())
+    }
+
+    /// Refuses a 0-second interval and a recompression priority outside 1..=3 (however the
+    /// policy was made: words, or a config file's table).
+    pub fn check(&self) -> Result<()> {
+        if self.interval == 0 {
+            return Err(Error::InvalidArgument(
+                "policy interval=0 (rounds need at least 1 second between them)".into(),
+            ));
+        }
+        if self
+            .recompress_priority
+            .is_some_and(|n| !(1..=3).contains(&n))
+        {
+            return Err(Error::InvalidArgument(format!(
+                "policy recompress_priority={} (1..=3)",
+                self.recompress_priority.unwrap_or(0)
+            )));
+        }
         Ok(())
     }
 
@@ -409,6 +430,8 @@ mod tests {
             "enabled=2",
             "interval=x",
             "recompress_priority=4",
+            "recompress_priority=0",
+            "interval=0",
             "cold=1",
             "writeback_round=lots",
         ] {
@@ -420,6 +443,20 @@ mod tests {
             toml::from_str("enabled = true\nwriteback_age = 60\nwriteback_day = \"2G\"\n").unwrap();
         assert_eq!(t.writeback_day, Size(2 << 30));
         assert!(toml::from_str::<Policy>("wrtieback_age = 60\n").is_err());
+        // A config file's table is checked as words are.
+        for table in [
+            "interval = 0\n",
+            "recompress_priority = 0\n",
+            "recompress_priority = 9\n",
+        ] {
+            let t: Policy = toml::from_str(table).unwrap();
+            assert_eq!(t.check().unwrap_err().errno(), libc::EINVAL, "{table}");
+            let config = crate::ZramConfig {
+                policy: t,
+                ..crate::ZramConfig::default()
+            };
+            assert!(crate::Zram::new(config).is_err(), "{table}");
+        }
     }
 
     #[test]

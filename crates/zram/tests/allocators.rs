@@ -218,3 +218,25 @@ fn dedup_and_fold_need_an_allocator_that_shares() {
         zram.pool().check_invariants().unwrap();
     }
 }
+
+#[test]
+fn more_shards_than_an_allocator_takes_are_refused() {
+    for (allocator, max) in [
+        (Allocator::Zsmalloc, 16),
+        (Allocator::Afmalloc, 1 << 4),
+        (Allocator::Malloc, 1 << 4),
+    ] {
+        let with = |shards| {
+            let mut c = config(allocator);
+            c.pool.shards = shards;
+            Zram::new(c)
+        };
+        with(max).unwrap_or_else(|e| panic!("{allocator}: {max} shards: {e}"));
+        let err = with(max + 1).unwrap_err();
+        assert_eq!(err.errno(), libc::EINVAL, "{allocator}: {err}");
+        assert!(
+            err.to_string().contains(&format!("at most {max}")),
+            "{allocator}: {err}"
+        );
+    }
+}

@@ -12,6 +12,18 @@ pub enum Error {
     /// The chain size (pages per zspage at most) must be 1..=16.
     #[error("chain size {0} is out of range (1..=16 pages)")]
     InvalidChainSize(usize),
+    /// More shards (or heaps) than the allocator can name were asked for.
+    #[error(
+        "{given} shards are more than the {allocator} allocator takes (at most {max}; 0: its default)"
+    )]
+    InvalidShards {
+        /// What was asked for.
+        given: usize,
+        /// The most the allocator takes.
+        max: usize,
+        /// Its name.
+        allocator: &'static str,
+    },
     /// The handle was freed, or never came from this pool.
     #[error("handle {0} is stale (freed) or unknown to this pool")]
     StaleHandle(Handle),

@@ -98,9 +98,15 @@ impl Pool {
         let table = ClassTable::with_layout(config.chain_size, config.geometry, config.header);
         let per_class = match config.shards {
             0 => MAX_SHARDS_PER_CLASS,
+            n if n > MAX_SHARDS_PER_CLASS => {
+                return Err(Error::InvalidShards {
+                    given: n,
+                    max: MAX_SHARDS_PER_CLASS,
+                    allocator: "zsmalloc",
+                });
+            }
             n => n,
-        }
-        .clamp(1, MAX_SHARDS_PER_CLASS);
+        };
         Ok(Self {
             shards: Shards::new(&table, config.locking, per_class),
             table,

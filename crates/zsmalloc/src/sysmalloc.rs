@@ -148,6 +148,13 @@ impl SysMalloc {
     pub fn with_config(config: PoolConfig) -> Result<Self> {
         let shards = match config.shards {
             0 => std::thread::available_parallelism().map_or(1, usize::from),
+            n if n > MAX_SHARDS => {
+                return Err(Error::InvalidShards {
+                    given: n,
+                    max: MAX_SHARDS,
+                    allocator: "malloc",
+                });
+            }
             n => n,
         }
         .min(MAX_SHARDS);

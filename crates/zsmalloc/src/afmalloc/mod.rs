@@ -89,6 +89,13 @@ impl Afmalloc {
         let huge_class_size = config.huge_class_size()?;
         let heaps = match config.shards {
             0 => std::thread::available_parallelism().map_or(1, usize::from),
+            n if n > MAX_HEAPS => {
+                return Err(crate::Error::InvalidShards {
+                    given: n,
+                    max: MAX_HEAPS,
+                    allocator: "afmalloc",
+                });
+            }
             n => n,
         }
         .clamp(1, MAX_HEAPS);
