@@ -177,7 +177,9 @@ impl Default for SocketAccess {
 
 /// The id of group `name` (a number, or a name in `/etc/group`).
 fn group_id(name: &str) -> anyhow::Result<u32> {
-    if let Ok(gid) = name.parse() {
+    if let Ok(gid) = name.parse::<u32>() {
+        // chown(2) takes (gid_t)-1 as "leave the group": it names no group.
+        anyhow::ensure!(gid != u32::MAX, "group id {gid} names no group");
         return Ok(gid);
     }
     let groups = std::fs::read_to_string("/etc/group").context("read /etc/group")?;
@@ -271,6 +273,8 @@ mod tests {
         assert_eq!(group_id("0").unwrap(), 0);
         assert_eq!(group_id("root").unwrap(), 0);
         assert!(group_id("no-such-group-here").is_err());
+        let err = group_id("4294967295").unwrap_err().to_string();
+        assert!(err.contains("names no group"), "{err}");
     }
 
     /// `wait_for_connection` returns once a connection is waiting, long before its

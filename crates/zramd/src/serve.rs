@@ -22,7 +22,7 @@ use crate::registry::{Endpoint, Registry};
 
 mod check;
 use check::same_file;
-pub use check::{MAX_CONFIG, MAX_NAME, check_devices, read_config};
+pub use check::{MAX_CONFIG, MAX_NAME, check_devices, check_settings, read_config};
 
 /// The default NBD address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:10809";
@@ -295,6 +295,7 @@ impl Server {
             // First: the threads started from here on inherit the I/O flusher flag.
             tracing::info!("{}", crate::swap::apply()?);
         }
+        check_settings(&options.settings)?;
         check_devices(&options.devices)?;
         let mut exports = Vec::new();
         for spec in &options.devices {

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use anyhow::{Context as _, bail};
 
-use super::DeviceSpec;
+use super::{DeviceSpec, ServerSettings};
 
 /// Longest name a device may have: a file name's, since the FUSE tree makes one of it.
 pub const MAX_NAME: usize = 255;
@@ -82,4 +82,20 @@ impl DeviceSpec {
         }
         Ok(())
     }
+}
+
+/// Refuses server limits of 0 that would serve no one (NBD connections, handshakes,
+/// buffers in flight).
+pub fn check_settings(settings: &ServerSettings) -> anyhow::Result<()> {
+    let nbd = &settings.nbd;
+    for (key, value) in [
+        ("max_connections", nbd.max_connections as u64),
+        ("max_handshakes", nbd.max_handshakes as u64),
+        ("max_in_flight", nbd.max_in_flight.bytes()),
+    ] {
+        if value == 0 {
+            bail!("{key} = 0 would serve no one (give at least 1)");
+        }
+    }
+    Ok(())
 }
