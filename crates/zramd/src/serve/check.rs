@@ -84,14 +84,14 @@ impl DeviceSpec {
     }
 }
 
-/// Refuses server limits of 0 that would serve no one (NBD connections, handshakes,
-/// buffers in flight).
+/// Refuses server limits of 0 that would serve no one: NBD connections and handshakes.
+/// (`max_in_flight = 0` still serves, one request at a time: a request larger than the
+/// budget proceeds alone.)
 pub fn check_settings(settings: &ServerSettings) -> anyhow::Result<()> {
     let nbd = &settings.nbd;
     for (key, value) in [
-        ("max_connections", nbd.max_connections as u64),
-        ("max_handshakes", nbd.max_handshakes as u64),
-        ("max_in_flight", nbd.max_in_flight.bytes()),
+        ("max_connections", nbd.max_connections),
+        ("max_handshakes", nbd.max_handshakes),
     ] {
         if value == 0 {
             bail!("{key} = 0 would serve no one (give at least 1)");

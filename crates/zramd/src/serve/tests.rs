@@ -259,12 +259,11 @@ fn a_missing_backing_file_is_named_and_its_cause_told_once() {
 #[test]
 fn server_limits_of_zero_are_refused() {
     check_settings(&ServerSettings::default()).unwrap();
-    for key in ["max_connections", "max_handshakes", "max_in_flight"] {
+    for key in ["max_connections", "max_handshakes"] {
         let mut settings = ServerSettings::default();
         match key {
             "max_connections" => settings.nbd.max_connections = 0,
-            "max_handshakes" => settings.nbd.max_handshakes = 0,
-            _ => settings.nbd.max_in_flight = Size(0),
+            _ => settings.nbd.max_handshakes = 0,
         }
         let err = check_settings(&settings).unwrap_err().to_string();
         assert!(err.contains(&format!("{key} = 0")), "{err}");
