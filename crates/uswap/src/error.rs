@@ -6,12 +6,14 @@ use std::io;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A system call failed (mapping, userfaultfd, threads).
-    #[error("{what}: {source}")]
+    // The cause is told in the message, so it is not a `source` as well: a report of the
+    // chain (`{:#}`) would say it twice.
+    #[error("{what}: {cause}")]
     Sys {
         /// What was being done.
         what: &'static str,
         /// The system's error.
-        source: io::Error,
+        cause: io::Error,
     },
     /// The kernel does not let this process use userfaultfd (or lacks a feature the region
     /// needs).
@@ -19,7 +21,7 @@ pub enum Error {
     Unavailable(String),
     /// The zram device could not be made.
     #[error("zram device: {0}")]
-    Device(#[from] zram::Error),
+    Device(zram::Error),
     /// Bad settings or arguments.
     #[error("{0}")]
     Invalid(String),
@@ -31,7 +33,13 @@ pub enum Error {
 
 impl Error {
     pub(crate) fn sys(what: &'static str) -> impl FnOnce(io::Error) -> Self {
-        move |source| Self::Sys { what, source }
+        move |cause| Self::Sys { what, cause }
+    }
+}
+
+impl From<zram::Error> for Error {
+    fn from(e: zram::Error) -> Self {
+        Error::Device(e)
     }
 }
 

@@ -470,6 +470,7 @@ impl Zram {
     /// Sets the policy (refused when it names what the device lacks: a secondary
     /// algorithm of that priority, a backing file for writeback).
     pub fn set_policy(&self, policy: Policy) -> Result<()> {
+        policy.check()?;
         if policy.recompress_age.is_some() {
             match policy.recompress_priority {
                 Some(p) => {

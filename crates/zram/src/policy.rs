@@ -452,10 +452,12 @@ mod tests {
             let t: Policy = toml::from_str(table).unwrap();
             assert_eq!(t.check().unwrap_err().errno(), libc::EINVAL, "{table}");
             let config = crate::ZramConfig {
-                policy: t,
+                policy: t.clone(),
                 ..crate::ZramConfig::default()
             };
             assert!(crate::Zram::new(config).is_err(), "{table}");
+            let zram = crate::Zram::new(crate::ZramConfig::default()).unwrap();
+            assert!(zram.set_policy(t).is_err(), "{table}");
         }
     }
 

@@ -177,18 +177,21 @@ impl Default for SocketAccess {
 
 /// The id of group `name` (a number, or a name in `/etc/group`).
 fn group_id(name: &str) -> anyhow::Result<u32> {
-    if let Ok(gid) = name.parse::<u32>() {
-        // chown(2) takes (gid_t)-1 as "leave the group": it names no group.
-        anyhow::ensure!(gid != u32::MAX, "group id {gid} names no group");
-        return Ok(gid);
-    }
-    let groups = std::fs::read_to_string("/etc/group").context("read /etc/group")?;
-    groups
-        .lines()
-        .map(|l| l.split(':').collect::<Vec<_>>())
-        .find(|f| f.len() >= 3 && f[0] == name)
-        .and_then(|f| f[2].parse().ok())
-        .with_context(|| format!("no group named {name:?} in /etc/group"))
+    let gid = match name.parse::<u32>() {
+        Ok(gid) => gid,
+        Err(_) => {
+            let groups = std::fs::read_to_string("/etc/group").context("read /etc/group")?;
+            groups
+                .lines()
+                .map(|l| l.split(':').collect::<Vec<_>>())
+                .find(|f| f.len() >= 3 && f[0] == name)
+                .and_then(|f| f[2].parse().ok())
+                .with_context(|| format!("no group named {name:?} in /etc/group"))?
+        }
+    };
+    // chown(2) takes (gid_t)-1 as "leave the group": it names no group.
+    anyhow::ensure!(gid != u32::MAX, "group id {gid} names no group");
+    Ok(gid)
 }
 
 /// Clears the way for a socket at `path`: nothing there, or a stale socket (removed). A

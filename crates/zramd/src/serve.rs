@@ -291,12 +291,12 @@ impl Server {
     /// Makes the devices, binds everything and starts serving. A start that fails leaves
     /// no socket file behind.
     pub fn start(options: &ServeOptions) -> anyhow::Result<Self> {
+        check_settings(&options.settings)?;
+        check_devices(&options.devices)?;
         if options.settings.swap_safe {
             // First: the threads started from here on inherit the I/O flusher flag.
             tracing::info!("{}", crate::swap::apply()?);
         }
-        check_settings(&options.settings)?;
-        check_devices(&options.devices)?;
         let mut exports = Vec::new();
         for spec in &options.devices {
             exports.push(Arc::new(Export::new(

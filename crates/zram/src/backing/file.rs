@@ -134,7 +134,7 @@ impl FileBacking {
     /// `InvalidInput` for a directory or any other kind of file, or for bad `options`.
     pub fn open(path: &Path, options: FileOptions) -> io::Result<Self> {
         options.check()?;
-        let kind = kind_of(&std::fs::metadata(path)?.file_type(), path)?;
+        let kind = kind_of(&std::fs::metadata(path)?.file_type())?;
         let mut file = OpenOptions::new().read(true).write(true).open(path)?;
         // One store per file: a second device (or a device re-made while a pass of the old
         // one still runs) would overwrite and punch the first one's objects.
@@ -144,17 +144,17 @@ impl FileBacking {
             return Err(if e == rustix::io::Errno::WOULDBLOCK {
                 io::Error::new(
                     io::ErrorKind::ResourceBusy,
-                    format!("{} is the backing file of another device", path.display()),
+                    "it is the backing file of another device",
                 )
             } else {
                 e.into()
             });
         }
         // The path may have been replaced between the look and the open.
-        if kind_of(&file.metadata()?.file_type(), path)? != kind {
+        if kind_of(&file.metadata()?.file_type())? != kind {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("{} changed kind while being opened", path.display()),
+                "it changed kind while being opened",
             ));
         }
         let segment_size = options.segment_size as u64;
@@ -408,7 +408,7 @@ impl Backing for FileBacking {
 }
 
 /// A regular file or a block device; `InvalidInput` for anything else.
-fn kind_of(file_type: &std::fs::FileType, path: &Path) -> io::Result<Kind> {
+fn kind_of(file_type: &std::fs::FileType) -> io::Result<Kind> {
     if file_type.is_file() {
         Ok(Kind::File)
     } else if file_type.is_block_device() {
@@ -416,7 +416,7 @@ fn kind_of(file_type: &std::fs::FileType, path: &Path) -> io::Result<Kind> {
     } else {
         Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("{} is not a regular file or a block device", path.display()),
+            "not a regular file or a block device",
         ))
     }
 }
