@@ -84,7 +84,6 @@ impl Zram {
         }
         config.check_post_processing()?;
         config.check_allocator()?;
-        config.policy.check()?;
         let pool = zsmalloc::open(config.pool)?;
         let mut codecs: Codecs = Default::default();
         codecs[0] = Some(CodecPool::new(config.algorithm, config.params.clone())?);

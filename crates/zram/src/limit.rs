@@ -52,17 +52,10 @@ pub struct SharedLimit {
 }
 
 /// A device in the group: its pool and the pages it last reported.
+#[derive(Debug)]
 struct Member {
     pool: Weak<dyn Backend>,
     reported: AtomicI64,
-}
-
-impl std::fmt::Debug for Member {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Member")
-            .field("reported", &self.reported)
-            .finish_non_exhaustive()
-    }
 }
 
 /// A device's place in a group; it leaves (and its pages leave the sum) when dropped.

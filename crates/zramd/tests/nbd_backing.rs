@@ -11,71 +11,27 @@ mod common {
     pub mod nbd;
 }
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::nbd::*;
-use zram::backing::{Backing, BackingStats, MemBacking};
+use zram::backing::MemBacking;
 use zram::{PAGE_SIZE, Zram, ZramConfig};
 use zramd::device::Device;
 use zramd::export::Export;
 use zramd::nbd::proto::*;
 
-/// Longest a read of the backing store waits to be let go (the test lets it go as it ends,
-/// passed or failed).
-const HOLD: Duration = Duration::from_secs(60);
 /// Longest the client waits for a reply: without the hand-off, the answers it waits for
 /// come only after the held read, and the test fails after this.
 const PATIENCE: Duration = Duration::from_secs(5);
 
-/// An in-memory backing store whose reads, once armed, wait until they are let go (or
-/// [`HOLD`] has passed).
-#[derive(Debug)]
-struct HeldReads {
-    inner: MemBacking,
-    armed: AtomicBool,
-    /// Whether the reads are let go.
-    released: Mutex<bool>,
-    wake: Condvar,
-}
-
-impl HeldReads {
-    fn release(&self) {
-        *self.released.lock().unwrap_or_else(PoisonError::into_inner) = true;
-        self.wake.notify_all();
-    }
-}
-
-/// Lets the held reads go when dropped, also when the test fails, so that the server ends.
-struct Release(Arc<HeldReads>);
+/// Lets the backing store's held reads go when dropped, also when the test fails, so that
+/// the server ends.
+struct Release(Arc<MemBacking>);
 
 impl Drop for Release {
     fn drop(&mut self) {
-        self.0.release();
-    }
-}
-
-impl Backing for HeldReads {
-    fn append(&self, objects: &[&[u8]]) -> std::io::Result<Vec<u64>> {
-        self.inner.append(objects)
-    }
-    fn read(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()> {
-        if self.armed.load(Ordering::SeqCst) {
-            let released = self.released.lock().unwrap();
-            let waited = self.wake.wait_timeout_while(released, HOLD, |r| !*r);
-            drop(waited.unwrap());
-        }
-        self.inner.read(offset, out)
-    }
-    fn free(&self, offset: u64, len: usize) {
-        self.inner.free(offset, len);
-    }
-    fn sync(&self) -> std::io::Result<()> {
-        self.inner.sync()
-    }
-    fn stats(&self) -> BackingStats {
-        self.inner.stats()
+        self.0.hold_reads(false);
     }
 }
 
@@ -88,12 +44,7 @@ fn page(seed: u8) -> Vec<u8> {
 
 #[test]
 fn a_read_waiting_on_the_backing_file_holds_up_no_other_request() {
-    let backing = Arc::new(HeldReads {
-        inner: MemBacking::new(),
-        armed: AtomicBool::new(false),
-        released: Mutex::new(false),
-        wake: Condvar::new(),
-    });
+    let backing = Arc::new(MemBacking::new());
     let config = ZramConfig {
         disksize: 64 * PAGE_SIZE as u64,
         auto_compact: None,
@@ -106,7 +57,9 @@ fn a_read_waiting_on_the_backing_file_holds_up_no_other_request() {
     }
     zram.writeback(&"page_indexes=2-3".parse().unwrap())
         .unwrap();
-    backing.armed.store(true, Ordering::SeqCst);
+    // Reads of the file wait from now on, until the test lets them go (at most
+    // `zram::backing::MAX_READ_HOLD`).
+    backing.hold_reads(true);
     let device = Arc::new(Device::with_zram("zram0", config, zram));
     let server = Server::with_exports(
         vec![Arc::new(Export::new("zram0", device, false))],

@@ -142,6 +142,25 @@ impl PoolConfig {
         }
         Ok(ClassTable::with_layout(self.chain_size, self.geometry, self.header).huge_class_size())
     }
+
+    /// The shards (or heaps) `allocator` makes: `shards`, or `default` for 0, or
+    /// `Error::InvalidShards` past `max` (an allocator names at most `max`).
+    pub(crate) fn shards_or(
+        &self,
+        default: impl FnOnce() -> usize,
+        max: usize,
+        allocator: &'static str,
+    ) -> Result<usize> {
+        match self.shards {
+            0 => Ok(default().clamp(1, max)),
+            n if n > max => Err(Error::InvalidShards {
+                given: n,
+                max,
+                allocator,
+            }),
+            n => Ok(n),
+        }
+    }
 }
 
 impl Default for PoolConfig {
@@ -158,4 +177,10 @@ impl Default for PoolConfig {
             header: Header::default(),
         }
     }
+}
+
+/// CPUs this process may run on (1 where that cannot be told): the default number of
+/// afmalloc's heaps and malloc's handle-table shards.
+pub(crate) fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
 }

@@ -96,17 +96,8 @@ impl Pool {
             return Err(Error::InvalidChainSize(config.chain_size));
         }
         let table = ClassTable::with_layout(config.chain_size, config.geometry, config.header);
-        let per_class = match config.shards {
-            0 => MAX_SHARDS_PER_CLASS,
-            n if n > MAX_SHARDS_PER_CLASS => {
-                return Err(Error::InvalidShards {
-                    given: n,
-                    max: MAX_SHARDS_PER_CLASS,
-                    allocator: "zsmalloc",
-                });
-            }
-            n => n,
-        };
+        let per_class =
+            config.shards_or(|| MAX_SHARDS_PER_CLASS, MAX_SHARDS_PER_CLASS, "zsmalloc")?;
         Ok(Self {
             shards: Shards::new(&table, config.locking, per_class),
             table,

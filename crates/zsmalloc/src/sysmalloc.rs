@@ -146,18 +146,7 @@ impl SysMalloc {
     /// A malloc pool with the settings of `config` that apply to it (`shards`; the other
     /// zsmalloc settings fix only the huge-class watermark).
     pub fn with_config(config: PoolConfig) -> Result<Self> {
-        let shards = match config.shards {
-            0 => std::thread::available_parallelism().map_or(1, usize::from),
-            n if n > MAX_SHARDS => {
-                return Err(Error::InvalidShards {
-                    given: n,
-                    max: MAX_SHARDS,
-                    allocator: "malloc",
-                });
-            }
-            n => n,
-        }
-        .min(MAX_SHARDS);
+        let shards = config.shards_or(crate::config::cpus, MAX_SHARDS, "malloc")?;
         Ok(Self {
             shards: (0..shards).map(|_| Mutex::new(Table::default())).collect(),
             next_shard: AtomicUsize::new(0),

@@ -1,5 +1,6 @@
 //! [`MemBacking`]: a [`Backing`] in memory, for tests of what writes back: failures can be
-//! switched on, and it checks the contract strictly.
+//! switched on, reads can be held as a slow file's would be, and it checks the contract
+//! strictly.
 //!
 //! # Representation
 //!
@@ -12,9 +13,13 @@ use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use super::{Backing, BackingStats, check_objects, os_error};
+
+/// Longest a read waits while reads are held ([`MemBacking::hold_reads`]): a test that
+/// forgets to let them go fails instead of hanging.
+pub const MAX_READ_HOLD: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The objects and the next offset.
 #[derive(Debug, Default)]
@@ -32,6 +37,9 @@ pub struct MemBacking {
     limit: Option<u64>,
     fail_appends: AtomicBool,
     fail_reads: AtomicBool,
+    /// While true, reads wait ([`MemBacking::hold_reads`]).
+    held: Mutex<bool>,
+    released: Condvar,
     bytes_written: AtomicU64,
     bytes_read: AtomicU64,
     reads: AtomicU64,
@@ -62,6 +70,15 @@ impl MemBacking {
     /// While on, every read fails with `EIO`.
     pub fn fail_reads(&self, on: bool) {
         self.fail_reads.store(on, Relaxed);
+    }
+
+    /// While on, every read waits until it is switched off (or [`MAX_READ_HOLD`] has passed), as
+    /// a read of a slow file would.
+    pub fn hold_reads(&self, on: bool) {
+        *self.held.lock() = on;
+        if !on {
+            self.released.notify_all();
+        }
     }
 
     /// The number of objects held.
@@ -108,6 +125,11 @@ impl Backing for MemBacking {
 
     fn read(&self, offset: u64, out: &mut [u8]) -> io::Result<()> {
         self.reads.fetch_add(1, Relaxed);
+        {
+            let mut held = self.held.lock();
+            self.released
+                .wait_while_for(&mut held, |held| *held, MAX_READ_HOLD);
+        }
         let result = if self.fail_reads.load(Relaxed) {
             Err(os_error(libc::EIO))
         } else {

@@ -33,7 +33,7 @@ mod segments;
 pub(crate) mod shares;
 
 pub use file::{FileBacking, FileOptions};
-pub use mem::MemBacking;
+pub use mem::{MAX_READ_HOLD, MemBacking};
 
 /// The largest object a store holds: a whole slot of the largest `unit_size` stored raw.
 pub const MAX_OBJECT: usize = 128 * 1024;

@@ -3,15 +3,14 @@
 //!
 //! # Safety
 //!
-//! [`ZeroedAtomics`] owns an anonymous private mapping of exactly `len` `AtomicU64`s, made
-//! by `mmap` and unmapped once, by its drop. The OS hands such a mapping out zero-filled,
-//! and all-zero bytes are a valid `AtomicU64`. The slice it lends lives no longer than the
-//! value, and `AtomicU64` is `Sync`, so sharing the value between threads shares only
-//! atomics. Its pages are advised against transparent huge pages
-//! (`zsmalloc::sys::no_huge_pages`), which changes no contents.
+//! [`ZeroedAtomics`] lends its `zsmalloc::sys::Arena` as `len` `AtomicU64`s: the arena is
+//! at least that many bytes (at most `isize::MAX`, as its `Layout` checked), page-aligned,
+//! zero-filled by the OS (all-zero bytes are a valid `AtomicU64`) and mapped until the
+//! value, which owns it, is dropped; the slice lent lives no longer than the value.
 
-use std::ptr::NonNull;
 use std::sync::atomic::AtomicU64;
+
+use zsmalloc::sys::Arena;
 
 pub(crate) mod lzo;
 
@@ -25,47 +24,24 @@ pub(crate) mod lzo;
 /// once (`the_table_is_not_resident_after_the_heap_grew`).
 #[derive(Debug)]
 pub(crate) struct ZeroedAtomics {
-    ptr: NonNull<AtomicU64>,
+    /// None for no atomics (a mapping cannot be empty).
+    arena: Option<Arena>,
     len: usize,
 }
 
-// SAFETY: the value owns its mapping, and shares only `AtomicU64`s, which are `Sync`.
-unsafe impl Send for ZeroedAtomics {}
-// SAFETY: as above: `&ZeroedAtomics` lends only `&[AtomicU64]`.
-unsafe impl Sync for ZeroedAtomics {}
-
 impl ZeroedAtomics {
     /// `None` when the memory cannot be had (larger than the address space, or than the OS
-    /// grants).
+    /// grants: the mapping is counted against the commit limit at once, as an allocation
+    /// would be).
     pub(crate) fn new(len: usize) -> Option<Self> {
         if len == 0 {
-            return Some(Self {
-                ptr: NonNull::dangling(),
-                len: 0,
-            });
+            return Some(Self { arena: None, len });
         }
         // At most `isize::MAX` bytes, as a slice must be.
         let bytes = std::alloc::Layout::array::<AtomicU64>(len).ok()?.size();
-        // SAFETY: a fresh anonymous private mapping at an address the OS chooses touches no
-        // existing memory; the result is checked for failure.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return None;
-        }
-        // Where the system's setting is `always`, the first touch of one slot would make
-        // 2 MiB of the table resident, not 4 KiB.
-        zsmalloc::sys::no_huge_pages(ptr.cast(), bytes);
+        let arena = Arena::map(bytes, true).ok()?;
         Some(Self {
-            ptr: NonNull::new(ptr.cast())?,
+            arena: Some(arena),
             len,
         })
     }
@@ -75,25 +51,12 @@ impl std::ops::Deref for ZeroedAtomics {
     type Target = [AtomicU64];
 
     fn deref(&self) -> &[AtomicU64] {
-        // SAFETY: `ptr` is `len` zeroed, page-aligned `AtomicU64`s (at most `isize::MAX`
-        // bytes) that stay mapped until `self` is dropped (or dangling with `len` 0, which a
-        // slice allows).
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
-    }
-}
-
-impl Drop for ZeroedAtomics {
-    fn drop(&mut self) {
-        if self.len == 0 {
-            return;
-        }
-        // SAFETY: the mapping was made by `new` with this length and is unmapped only here;
-        // no borrow of it outlives `self`.
-        unsafe {
-            libc::munmap(
-                self.ptr.as_ptr().cast(),
-                self.len * std::mem::size_of::<AtomicU64>(),
-            );
+        match &self.arena {
+            None => &[],
+            // SAFETY: see the module's documentation.
+            Some(arena) => unsafe {
+                std::slice::from_raw_parts(arena.as_ptr().cast::<AtomicU64>(), self.len)
+            },
         }
     }
 }

@@ -87,18 +87,7 @@ impl Afmalloc {
     /// `header`).
     pub fn with_config(config: PoolConfig) -> Result<Self> {
         let huge_class_size = config.huge_class_size()?;
-        let heaps = match config.shards {
-            0 => std::thread::available_parallelism().map_or(1, usize::from),
-            n if n > MAX_HEAPS => {
-                return Err(crate::Error::InvalidShards {
-                    given: n,
-                    max: MAX_HEAPS,
-                    allocator: "afmalloc",
-                });
-            }
-            n => n,
-        }
-        .clamp(1, MAX_HEAPS);
+        let heaps = config.shards_or(crate::config::cpus, MAX_HEAPS, "afmalloc")?;
         Ok(Self {
             heaps: (0..heaps)
                 .map(|_| CachePadded::new(Mutex::new(Heap::new())))

@@ -4,9 +4,11 @@
 //! # Safety
 //!
 //! Contract upheld here, relied on by the rest of the crate (which is `unsafe`-free):
-//! - An `Arena` is one private anonymous `mmap` reservation (`MAP_NORESERVE`), unmapped
-//!   only when the arena is dropped. Arenas are owned by [`PageSource`] and live at least as
-//!   long as every [`PageRun`] carved from them (each run holds an `Arc` of its source).
+//! - An [`Arena`] is one private anonymous `mmap` (zero-filled until written), unmapped
+//!   only when the arena is dropped; it lends no access to its bytes, only their address.
+//!   The page source's arenas (`MAP_NORESERVE`) are owned by [`PageSource`] and live at
+//!   least as long as every [`PageRun`] carved from them (each run holds an `Arc` of its
+//!   source).
 //! - A [`PageRun`] is the *unique* owner of `pages` consecutive pages of one arena: the page
 //!   source hands out each page range to at most one live run. Therefore `&PageRun` may
 //!   lend `&[u8]` and `&mut PageRun` may lend `&mut [u8]` over exactly that range: Rust's
@@ -43,9 +45,11 @@ pub const MAX_RUN_PAGES: usize = 16;
 /// Pages in one arena reservation (256 MiB of address space).
 const ARENA_PAGES: usize = 1 << 16;
 
-/// One anonymous mapping that runs are carved from.
+/// One private anonymous mapping, zero-filled until written, advised against transparent
+/// huge pages, unmapped when dropped: what the page source carves runs from, and zram's
+/// slot table.
 #[derive(Debug)]
-struct Arena {
+pub struct Arena {
     base: NonNull<u8>,
     len: usize,
 }
@@ -57,14 +61,18 @@ unsafe impl Send for Arena {}
 unsafe impl Sync for Arena {}
 
 impl Arena {
-    fn map(len: usize) -> std::io::Result<Self> {
+    /// `len` bytes (more than 0). With `reserve`, counted against the system's commit limit
+    /// at once, as an allocation is (so one larger than the system can hold is refused
+    /// now); without it (`MAP_NORESERVE`), only as its pages are used.
+    pub fn map(len: usize, reserve: bool) -> std::io::Result<Self> {
+        let noreserve = if reserve { 0 } else { libc::MAP_NORESERVE };
         // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
         let ptr = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | noreserve,
                 -1,
                 0,
             )
@@ -80,6 +88,11 @@ impl Arena {
         // kept after the device was discarded).
         no_huge_pages(base.as_ptr(), len);
         Ok(Self { base, len })
+    }
+
+    /// The first byte (page-aligned), mapped until the arena is dropped.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.base.as_ptr()
     }
 }
 
@@ -308,7 +321,7 @@ impl SourceInner {
             return Err(std::io::Error::from(std::io::ErrorKind::InvalidInput));
         }
         if self.arenas.is_empty() || self.bump + pages > ARENA_PAGES {
-            let arena = Arena::map(ARENA_PAGES * PAGE_SIZE)?;
+            let arena = Arena::map(ARENA_PAGES * PAGE_SIZE, false)?;
             self.arenas.push(arena);
             self.bump = 0;
         }
