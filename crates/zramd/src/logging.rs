@@ -13,9 +13,27 @@ pub fn init() {
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_FILTER)),
         )
-        .with_writer(std::io::stderr)
+        .with_writer(|| Stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+}
+
+/// stderr, whose write errors are dropped. A log that can no longer be written (its pipe
+/// gone, a journal restarted) must not stop a server: tracing-subscriber reports a failed
+/// write with `eprintln!`, which panics on that same broken stderr, in whichever thread
+/// logged (at shutdown, the main thread, before the sockets are removed).
+struct Stderr;
+
+impl std::io::Write for Stderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
+    }
 }
 
 /// The line a failed command prints: `zramd: ` and the error with its causes, on one line,

@@ -1,7 +1,7 @@
 //! `zramd serve`: devices, their NBD exports, the control socket and metrics, until SIGINT,
 //! SIGTERM or SIGHUP.
 
-use std::io::IsTerminal as _;
+use std::io::{IsTerminal as _, Write as _};
 use std::net::{SocketAddr, TcpListener};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
@@ -465,12 +465,24 @@ pub fn summary(registry: &Registry) -> String {
     )
 }
 
+/// Prints a line of the server's report to stdout. A stdout that closes (a pager quit, a log
+/// pipe gone) must not stop a running server: `println!` would panic, leaving its sockets
+/// behind, so write errors are ignored here (SIGPIPE stays ignored while serving).
+macro_rules! say {
+    () => {{
+        let _ = writeln!(std::io::stdout().lock());
+    }};
+    ($($arg:tt)*) => {{
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
+}
+
 /// Runs the server until SIGINT, SIGTERM or SIGHUP ([`crate::daemon`]).
 pub fn run(options: &ServeOptions) -> anyhow::Result<()> {
     let mut options = options.clone();
     let mut shared = Some(options.settings.total_mem_limit.bytes()).filter(|&t| t > 0);
     if let Some(total) = shared {
-        println!(
+        say!(
             "total memory limit {}: the devices' pools hold at most that together \
              (past it a write fails with ENOSPC)",
             crate::human::size(total)
@@ -484,7 +496,7 @@ pub fn run(options: &ServeOptions) -> anyhow::Result<()> {
         // Request buffers are outside the pools: at most half the room.
         let buffers = &mut options.settings.nbd.max_in_flight;
         buffers.0 = buffers.0.min(limit.saturating_sub(budget) / 2);
-        println!(
+        say!(
             "memory cgroup limit {}: the devices' pools hold at most {} together (each \
              device's mem_limit too), request buffers {} (past the budget a write fails \
              with ENOSPC, not the OOM killer; --no-cgroup-cap to leave them)",
@@ -499,10 +511,10 @@ pub fn run(options: &ServeOptions) -> anyhow::Result<()> {
     let options = &options;
     let server = Server::start(options)?;
     let daemon = crate::daemon::Daemon::install(&server.shutdown)?;
-    println!("zramd: serving {} device(s)", options.devices.len());
+    say!("zramd: serving {} device(s)", options.devices.len());
     for spec in &options.devices {
         for at in &server.registry.served_at {
-            println!(
+            say!(
                 "  {:8} {} {} -> {}",
                 spec.name,
                 spec.size,
@@ -512,7 +524,7 @@ pub fn run(options: &ServeOptions) -> anyhow::Result<()> {
         }
     }
     if let Some(dir) = &options.fuse {
-        println!(
+        say!(
             "FUSE: {} (e.g. cat {}/mm_stat)",
             dir.display(),
             dir.join(&options.devices[0].name).display()
@@ -524,29 +536,30 @@ pub fn run(options: &ServeOptions) -> anyhow::Result<()> {
         } else {
             addr.to_string()
         };
-        println!("connect with e.g.: nbdinfo nbd://{host}   or   qemu-img info nbd://{host}");
+        say!("connect with e.g.: nbdinfo nbd://{host}   or   qemu-img info nbd://{host}");
     }
-    println!(
+    say!(
         "control: {} (zramd stat --control {})",
         server.control_path.display(),
         server.control_path.display()
     );
     if let Some(m) = server.metrics_addr {
-        println!("metrics: http://{m}/metrics");
+        say!("metrics: http://{m}/metrics");
     }
     daemon.ready(&summary(&server.registry));
     let tty = options.status_line && std::io::stdout().is_terminal();
     let mut last = Instant::now() - Duration::from_secs(1);
     while !server.shutdown.load(Ordering::Relaxed) {
         if tty && last.elapsed() >= Duration::from_secs(1) {
-            print!("\r\x1b[K{}", summary(&server.registry));
-            let _ = std::io::Write::flush(&mut std::io::stdout());
+            let mut out = std::io::stdout().lock();
+            let _ = write!(out, "\r\x1b[K{}", summary(&server.registry));
+            let _ = out.flush();
             last = Instant::now();
         }
         std::thread::sleep(Duration::from_millis(100));
     }
     if tty {
-        println!();
+        say!();
     }
     daemon.stopping();
     tracing::info!("shutting down");

@@ -1,6 +1,7 @@
 //! zramd as a service: the shipped systemd unit passes `systemd-analyze verify`, `zramd
 //! serve` tells a notify socket READY=1 once its endpoints answer and STOPPING=1 on a stop,
-//! SIGHUP stops it cleanly (sockets removed, FUSE tree unmounted), `--zram-generator` serves
+//! SIGHUP stops it cleanly (sockets removed, FUSE tree unmounted), so does SIGTERM with its
+//! output a pipe nobody reads, `--zram-generator` serves
 //! a zram-generator.conf's devices, completions and man pages come from the CLI, and a
 //! user's error is one line without a backtrace. Tests that need a missing tool say so.
 
@@ -63,14 +64,31 @@ struct Notified {
 impl Notified {
     fn start(dir: &Path, notify_socket: &str, notify: UnixDatagram, args: &[&str]) -> Self {
         let (out, err) = (dir.join("serve.out"), dir.join("serve.err"));
+        let output = (
+            std::fs::File::create(&out).unwrap().into(),
+            std::fs::File::create(&err).unwrap().into(),
+        );
+        Self::start_to(output, (out, err), notify_socket, notify, args)
+    }
+
+    /// [`Notified::start`] with stdout and stderr going where `output` says (the files
+    /// `files` name are then empty).
+    fn start_to(
+        output: (Stdio, Stdio),
+        files: (PathBuf, PathBuf),
+        notify_socket: &str,
+        notify: UnixDatagram,
+        args: &[&str],
+    ) -> Self {
+        let (out, err) = files;
         notify.set_read_timeout(Some(LIMIT)).unwrap();
         let child = Command::new(ZRAMD)
             .arg("serve")
             .args(args)
             .env("NOTIFY_SOCKET", notify_socket)
             .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&out).unwrap())
-            .stderr(std::fs::File::create(&err).unwrap())
+            .stdout(output.0)
+            .stderr(output.1)
             .spawn()
             .expect("start zramd serve");
         Self {
@@ -261,6 +279,39 @@ fn sighup_stops_cleanly() {
     if let Some((_, mnt, _)) = &fuse {
         assert_eq!(common::mnt::mounts_on(mnt), 0, "the FUSE tree is left");
     }
+}
+
+/// A server whose stdout and stderr are a pipe nobody reads any more (a pager quit, a log
+/// stream gone) serves and stops cleanly. Before, its start-up report panicked the main
+/// thread (`println!` on EPIPE), and so did a log line (tracing-subscriber's `eprintln!`
+/// about the failed write, at the latest the stop's), leaving the sockets behind.
+#[test]
+fn a_closed_stdout_and_stderr_stop_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notify");
+    let notify = UnixDatagram::bind(&path).unwrap();
+    let (control, unix) = (dir.path().join("control.sock"), dir.path().join("nbd.sock"));
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let output = (writer.try_clone().unwrap().into(), writer.into());
+    let args = [
+        "--size",
+        "8M",
+        "--unix",
+        unix.to_str().unwrap(),
+        "--control",
+        control.to_str().unwrap(),
+    ];
+    let files = (dir.path().join("none.out"), dir.path().join("none.err"));
+    let mut served = Notified::start_to(output, files, path.to_str().unwrap(), notify, &args);
+    assert!(served.notice().contains("READY=1"));
+    let stat = zramd(&["stat", "--control", control.to_str().unwrap()]);
+    assert!(stat.ok && stat.stdout.contains("zram0"), "{stat:?}");
+    served.signal(rustix::process::Signal::TERM);
+    assert!(served.notice().contains("STOPPING=1"));
+    assert_eq!(served.wait().code(), Some(0));
+    assert!(!control.exists(), "the control socket is left");
+    assert!(!unix.exists(), "the NBD socket is left");
 }
 
 #[test]
