@@ -36,8 +36,9 @@ pub fn absent_reason() -> Option<String> {
     None
 }
 
-/// Why the kernel's zram cannot be used here with `algorithm`, or `None` if it can.
-pub fn unavailable_reason(algorithm: &str) -> Option<String> {
+/// Why the kernel's zram cannot be used here with `algorithm` and its `level` (set through
+/// `algorithm_params`, which kernels before 6.12 lack), or `None` if it can.
+pub fn unavailable_reason(algorithm: &str, level: Option<i32>) -> Option<String> {
     if let Some(why) = absent_reason() {
         return Some(why);
     }
@@ -45,6 +46,9 @@ pub fn unavailable_reason(algorithm: &str) -> Option<String> {
         Ok(p) => p,
         Err(e) => return Some(format!("hot_add failed: {e}")),
     };
+    if level.is_some() && !probe.attr("algorithm_params").exists() {
+        return Some("the kernel's zram has no algorithm_params to take a level".into());
+    }
     match probe.algorithms() {
         Ok(algs) if algs.iter().any(|a| a == algorithm) => None,
         Ok(algs) => Some(format!(
@@ -72,10 +76,17 @@ impl KernelZram {
         Ok(Self { id })
     }
 
-    /// Hot-adds a device and sets its algorithm and size.
-    pub fn with(algorithm: &str, disksize: u64) -> io::Result<Self> {
+    /// Hot-adds a device and sets its algorithm, the algorithm's level if given (as zramd's:
+    /// zstd's level, lz4's acceleration) and its size.
+    pub fn with(algorithm: &str, level: Option<i32>, disksize: u64) -> io::Result<Self> {
         let dev = Self::add()?;
         dev.set("comp_algorithm", algorithm)?;
+        if let Some(level) = level {
+            dev.set(
+                "algorithm_params",
+                &format!("algo={algorithm} level={level}"),
+            )?;
+        }
         dev.set("disksize", &disksize.to_string())?;
         Ok(dev)
     }

@@ -1,5 +1,6 @@
-//! Parity with the kernel's zram, device against device: for each of lzo, lzo-rle and lz4
-//! that the kernel offers, the same corpus of real pages (binaries, C headers, zero and
+//! Parity with the kernel's zram, device against device: for each of lzo, lzo-rle, lz4 and
+//! lz4 at acceleration 8 (`algorithm_params level=8`, where the kernel has that file) that
+//! the kernel offers, the same corpus of real pages (binaries, C headers, zero and
 //! same-filled pages) is written with O_DIRECT to a hot-added kernel zram device and through
 //! our `Zram` with the same algorithm and chain size 8. `orig_data_size` and `same_pages`
 //! must match exactly, `compr_data_size` within 2% (lz4, the same C library on both sides,
@@ -57,7 +58,7 @@ struct Figures {
     huge: u64,
 }
 
-fn kernel_run(name: &str, corpus: &[u8]) -> io::Result<Figures> {
+fn kernel_run(name: &str, level: Option<i32>, corpus: &[u8]) -> io::Result<Figures> {
     let dev = KernelZram::add()?;
     dev.set("comp_algorithm", name)?;
     let chosen = dev.get("comp_algorithm")?;
@@ -66,6 +67,9 @@ fn kernel_run(name: &str, corpus: &[u8]) -> io::Result<Figures> {
         "zram{}: {chosen:?}",
         dev.id()
     );
+    if let Some(level) = level {
+        dev.set("algorithm_params", &format!("algo={name} level={level}"))?;
+    }
     dev.set("disksize", &DISKSIZE.to_string())?;
     let file = dev.open_direct()?;
     write_direct(&file, 0, corpus)?;
@@ -86,11 +90,14 @@ fn kernel_run(name: &str, corpus: &[u8]) -> io::Result<Figures> {
     })
 }
 
-fn our_run(algorithm: Algorithm, corpus: &[u8]) -> Figures {
+fn our_run(algorithm: Algorithm, level: Option<i32>, corpus: &[u8]) -> Figures {
     let zram = Zram::new(ZramConfig {
         disksize: DISKSIZE,
         algorithm,
-        params: AlgorithmParams::default(),
+        params: AlgorithmParams {
+            level,
+            dictionary: None,
+        },
         // The kernel's object layout, so that the huge threshold is the kernel's too.
         pool: PoolConfig {
             header: Header::Handle,
@@ -145,14 +152,29 @@ fn compressed_sizes_match_the_kernel() {
     );
 
     let mut compared = 0;
-    for algorithm in [Algorithm::Lzo, Algorithm::LzoRle, Algorithm::Lz4] {
+    let cases = [
+        (Algorithm::Lzo, None),
+        (Algorithm::LzoRle, None),
+        (Algorithm::Lz4, None),
+        (Algorithm::Lz4, Some(8)),
+    ];
+    for (algorithm, level) in cases {
         let name = algorithm.name();
         if !offered.iter().any(|a| a == name) {
             println!("{name}: not offered by this kernel, skipped");
             continue;
         }
-        let k = kernel_run(name, &corpus).unwrap_or_else(|e| panic!("kernel {name}: {e}"));
-        let o = our_run(algorithm, &corpus);
+        if level.is_some() && !std::path::Path::new("/sys/block/zram0/algorithm_params").exists() {
+            println!("{name} with a level: this kernel has no algorithm_params, skipped");
+            continue;
+        }
+        let k = kernel_run(name, level, &corpus)
+            .unwrap_or_else(|e| panic!("kernel {name} {level:?}: {e}"));
+        let o = our_run(algorithm, level, &corpus);
+        let name = match level {
+            Some(l) => format!("{name} level={l}"),
+            None => name.to_owned(),
+        };
         let diff = (o.compr as f64 - k.compr as f64) / k.compr as f64;
         println!(
             "{name:8} kernel: orig {} compr {} used {} same {} huge {}\n\

@@ -102,7 +102,7 @@ pub struct ZramConfig {
     #[serde(skip)]
     #[cfg_attr(feature = "clap", arg(skip = DEFAULT_DISKSIZE.bytes()))]
     pub disksize: u64,
-    /// Compression algorithm: lz4, zstd, lzo, lzo-rle.
+    /// Compression algorithm: lz4, lz4hc, zstd, lzo, lzo-rle.
     #[cfg_attr(feature = "clap", arg(long, default_value_t = Algorithm::Lz4))]
     pub algorithm: Algorithm,
     /// The algorithm's parameters.

@@ -54,15 +54,17 @@ pub enum Error {
         disksize: u64,
     },
     /// No such compression algorithm.
-    #[error("unknown compression algorithm {0:?} (known: lzo, lzo-rle, lz4, zstd)")]
+    #[error("unknown compression algorithm {0:?} (known: lzo-rle, lzo, lz4, lz4hc, zstd)")]
     UnknownAlgorithm(String),
     /// A compression level the algorithm does not have.
-    #[error("{algorithm} level {level} is out of range")]
+    #[error("{algorithm} level {level} is out of range (levels: {levels})")]
     InvalidLevel {
         /// The algorithm's name.
         algorithm: &'static str,
         /// The level asked for.
         level: i32,
+        /// The levels it takes, in words.
+        levels: &'static str,
     },
     /// The compressor refused its parameters (a bad dictionary, say).
     #[error("{algorithm} cannot be set up: {reason}")]

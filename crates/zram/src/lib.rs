@@ -14,7 +14,7 @@
 //! - [`recompress`]: re-encoding slots with a secondary algorithm;
 //! - [`policy`]: automatic recompression and writeback in rounds (beyond the kernel);
 //! - [`slot`]: the slot table and per-slot locks;
-//! - [`comp`]: compressors (lz4, zstd, lzo, lzo-rle) behind one trait;
+//! - [`comp`]: compressors (lz4, lz4hc, zstd, lzo, lzo-rle) behind one trait;
 //! - [`lzo`]: our clean-room LZO1X / LZO-RLE codec;
 //! - [`compact`]: automatic background compaction;
 //! - [`backing`]: backing stores for written-back slots ([`backing::FileBacking`], a packed log);

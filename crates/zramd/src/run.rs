@@ -47,7 +47,7 @@ pub struct Args {
     /// compressed.
     #[arg(long)]
     budget: zram::Size,
-    /// Compression algorithm of the regions' devices (lz4, zstd, lzo, lzo-rle).
+    /// Compression algorithm of the regions' devices (lz4, lz4hc, zstd, lzo, lzo-rle).
     #[arg(long)]
     algorithm: Option<zram::Algorithm>,
     /// Smallest anonymous mapping served.

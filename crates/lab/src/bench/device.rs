@@ -82,7 +82,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     drop(raw);
     let data = data;
 
-    let kernel_ok = match unavailable_reason(args.device.algorithm.name()) {
+    let kernel_ok = match unavailable_reason(args.device.algorithm.name(), args.device.params.level)
+    {
         None => true,
         Some(why) => {
             if !args.json {
@@ -320,7 +321,11 @@ fn run_zramd(args: &Args, threads: usize, data: &[u8]) -> anyhow::Result<Run> {
 
 fn run_kernel(args: &Args, threads: usize, data: &[u8]) -> anyhow::Result<Run> {
     let pages = data.len() / PAGE;
-    let dev = KernelZram::with(args.device.algorithm.name(), data.len() as u64)?;
+    let dev = KernelZram::with(
+        args.device.algorithm.name(),
+        args.device.params.level,
+        data.len() as u64,
+    )?;
     let open = || {
         dev.open_direct()
             .with_context(|| format!("open {} with O_DIRECT", dev.dev_path().display()))

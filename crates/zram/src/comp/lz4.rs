@@ -1,11 +1,36 @@
-//! LZ4 through C liblz4: `LZ4_compress_default` and `LZ4_decompress_safe`, no size prefix
-//! (the kernel's zram stores raw LZ4 blocks too).
+//! LZ4 through C liblz4, no size prefix (the kernel's zram stores raw LZ4 blocks too): `lz4`
+//! with `LZ4_compress_fast`, whose acceleration is the level (the kernel's backend passes
+//! its level there), and `lz4hc`, the high-compression encoder, whose blocks read back the
+//! same way (`LZ4_decompress_safe`).
 
-use super::{Algorithm, Codec};
+use std::ops::RangeInclusive;
+
+use lz4::block::CompressionMode;
+
+use super::{Algorithm, AlgorithmParams, Codec};
 use crate::error::{Error, Result};
+use crate::sys::lz4hc::HcState;
 
-#[derive(Debug, Default)]
-pub(super) struct Lz4;
+/// lz4's accelerations (`LZ4_ACCELERATION_MAX`; 1, the default, is `LZ4_compress_default`).
+pub(super) const ACCELERATIONS: RangeInclusive<i32> = 1..=65537;
+/// lz4hc's levels (`LZ4HC_CLEVEL_MAX`).
+pub(super) const HC_LEVELS: RangeInclusive<i32> = 1..=12;
+/// lz4hc's default level, the kernel's (`LZ4HC_DEFAULT_CLEVEL`).
+const HC_DEFAULT_LEVEL: i32 = 9;
+
+#[derive(Debug)]
+pub(super) struct Lz4 {
+    acceleration: i32,
+}
+
+impl Lz4 {
+    /// A context at the level's acceleration (checked by the caller).
+    pub(super) fn new(params: &AlgorithmParams) -> Self {
+        Self {
+            acceleration: params.level.unwrap_or(1),
+        }
+    }
+}
 
 impl Codec for Lz4 {
     fn algorithm(&self) -> Algorithm {
@@ -13,31 +38,80 @@ impl Codec for Lz4 {
     }
 
     fn compress(&mut self, src: &[u8], dst: &mut Vec<u8>) -> Result<usize> {
-        let bound = lz4::block::compress_bound(src.len()).map_err(compress_error)?;
+        let bound = lz4::block::compress_bound(src.len()).map_err(|e| compress_error("lz4", e))?;
         dst.clear();
         dst.resize(bound, 0);
-        let n = lz4::block::compress_to_buffer(src, None, false, dst).map_err(compress_error)?;
+        let mode = Some(CompressionMode::FAST(self.acceleration));
+        let n = lz4::block::compress_to_buffer(src, mode, false, dst)
+            .map_err(|e| compress_error("lz4", e))?;
         dst.truncate(n);
         Ok(n)
     }
 
     fn decompress(&mut self, src: &[u8], dst: &mut [u8]) -> Result<()> {
-        let want =
-            i32::try_from(dst.len()).map_err(|_| Error::Corrupt("lz4: output too large".into()))?;
-        match lz4::block::decompress_to_buffer(src, Some(want), dst) {
-            Ok(n) if n == dst.len() => Ok(()),
-            Ok(n) => Err(Error::Corrupt(format!(
-                "lz4: {n} bytes decoded, {} expected",
-                dst.len()
-            ))),
-            Err(e) => Err(Error::Corrupt(format!("lz4: {e}"))),
-        }
+        decompress(src, dst)
     }
 }
 
-fn compress_error(e: std::io::Error) -> Error {
+#[derive(Debug)]
+pub(super) struct Lz4Hc {
+    state: HcState,
+    level: i32,
+}
+
+impl Lz4Hc {
+    /// A context at the level (checked by the caller), with its state.
+    pub(super) fn new(params: &AlgorithmParams) -> Result<Self> {
+        Ok(Self {
+            state: HcState::new().ok_or_else(|| Error::CodecSetup {
+                algorithm: "lz4hc",
+                reason: "liblz4 refused its state".into(),
+            })?,
+            level: params.level.unwrap_or(HC_DEFAULT_LEVEL),
+        })
+    }
+}
+
+impl Codec for Lz4Hc {
+    fn algorithm(&self) -> Algorithm {
+        Algorithm::Lz4Hc
+    }
+
+    fn compress(&mut self, src: &[u8], dst: &mut Vec<u8>) -> Result<usize> {
+        let bound =
+            lz4::block::compress_bound(src.len()).map_err(|e| compress_error("lz4hc", e))?;
+        dst.clear();
+        dst.resize(bound, 0);
+        let n = self
+            .state
+            .compress(src, dst, self.level)
+            .ok_or_else(|| compress_error("lz4hc", std::io::Error::other("compression failed")))?;
+        dst.truncate(n);
+        Ok(n)
+    }
+
+    fn decompress(&mut self, src: &[u8], dst: &mut [u8]) -> Result<()> {
+        decompress(src, dst)
+    }
+}
+
+/// Decodes one raw LZ4 block, which must fill `dst` exactly.
+fn decompress(src: &[u8], dst: &mut [u8]) -> Result<()> {
+    let want =
+        i32::try_from(dst.len()).map_err(|_| Error::Corrupt("lz4: output too large".into()))?;
+    match lz4::block::decompress_to_buffer(src, Some(want), dst) {
+        Ok(n) if n == dst.len() => Ok(()),
+        Ok(n) => Err(Error::Corrupt(format!(
+            "lz4: {n} bytes decoded, {} expected",
+            dst.len()
+        ))),
+        Err(e) => Err(Error::Corrupt(format!("lz4: {e}"))),
+    }
+}
+
+fn compress_error(algorithm: &'static str, e: std::io::Error) -> Error {
     Error::Compress {
-        algorithm: "lz4",
+        algorithm,
         reason: e.to_string(),
     }
 }

@@ -18,8 +18,12 @@ use crate::error::{Error, Result};
 #[serde(rename_all = "kebab-case")]
 #[non_exhaustive]
 pub enum Algorithm {
-    /// LZ4 (C liblz4, `LZ4_compress_default`): the default.
+    /// LZ4 (C liblz4, `LZ4_compress_fast`; the level is its acceleration, as the kernel's):
+    /// the default.
     Lz4,
+    /// LZ4's high-compression encoder (levels 1..=12, default 9); read back as LZ4.
+    #[serde(rename = "lz4hc")]
+    Lz4Hc,
     /// Zstandard, with a level and an optional dictionary.
     Zstd,
     /// LZO1X-1 (our own clean-room code).
@@ -30,10 +34,11 @@ pub enum Algorithm {
 
 impl Algorithm {
     /// Every algorithm, in the order the kernel's `comp_algorithm` lists them.
-    pub const ALL: [Algorithm; 4] = [
+    pub const ALL: [Algorithm; 5] = [
         Algorithm::LzoRle,
         Algorithm::Lzo,
         Algorithm::Lz4,
+        Algorithm::Lz4Hc,
         Algorithm::Zstd,
     ];
 
@@ -44,6 +49,7 @@ impl Algorithm {
             Algorithm::Zstd => 2,
             Algorithm::Lzo => 3,
             Algorithm::LzoRle => 4,
+            Algorithm::Lz4Hc => 5,
         }
     }
 
@@ -52,10 +58,16 @@ impl Algorithm {
         Self::ALL.into_iter().find(|a| a.id() == id)
     }
 
+    /// Whether it takes a dictionary (`algorithm_params dict=`): zstd only here.
+    pub fn takes_dictionary(self) -> bool {
+        self == Algorithm::Zstd
+    }
+
     /// The kernel's name (`comp_algorithm`).
     pub fn name(self) -> &'static str {
         match self {
             Algorithm::Lz4 => "lz4",
+            Algorithm::Lz4Hc => "lz4hc",
             Algorithm::Zstd => "zstd",
             Algorithm::Lzo => "lzo",
             Algorithm::LzoRle => "lzo-rle",
@@ -86,13 +98,48 @@ impl std::str::FromStr for Algorithm {
 #[serde(default)]
 #[cfg_attr(feature = "clap", derive(clap::Args))]
 pub struct AlgorithmParams {
-    /// Compression level (zstd: 1..=22, default 3; the others have none).
-    #[cfg_attr(feature = "clap", arg(long))]
+    /// Compression level, as the kernel's backends take it: zstd's level (its range, -131072
+    /// to 22, negative ones faster; default 3), lz4's acceleration (1..=65537, default 1: higher
+    /// is faster and compresses less), lz4hc's level (1..=12, default 9). LZO has none and
+    /// refuses one.
+    #[cfg_attr(feature = "clap", arg(long, allow_negative_numbers = true))]
     pub level: Option<i32>,
-    /// A trained dictionary (zstd), read from a file through `algorithm_params dict=PATH`.
+    /// A trained dictionary (zstd only here; the others refuse one), read from a file
+    /// through `algorithm_params dict=PATH`.
     #[serde(skip)]
     #[cfg_attr(feature = "clap", arg(skip))]
     pub dictionary: Option<Arc<Vec<u8>>>,
+}
+
+impl AlgorithmParams {
+    /// Refuses what `algorithm` cannot take: a level outside its range (or any level, for
+    /// LZO), a dictionary for anything but zstd. The kernel clamps such levels and ignores
+    /// such dictionaries; here a setting that would not do what it says is an error.
+    pub fn check(&self, algorithm: Algorithm) -> Result<()> {
+        let (range, levels) = match algorithm {
+            Algorithm::Zstd => (Some(zstd::LEVELS), "-131072 to 22"),
+            Algorithm::Lz4 => (Some(lz4::ACCELERATIONS), "1 to 65537, an acceleration"),
+            Algorithm::Lz4Hc => (Some(lz4::HC_LEVELS), "1 to 12"),
+            Algorithm::Lzo | Algorithm::LzoRle => (None, "none"),
+        };
+        if let Some(level) = self
+            .level
+            .filter(|l| !range.as_ref().is_some_and(|r| r.contains(l)))
+        {
+            return Err(Error::InvalidLevel {
+                algorithm: algorithm.name(),
+                level,
+                levels,
+            });
+        }
+        if self.dictionary.is_some() && !algorithm.takes_dictionary() {
+            return Err(Error::CodecSetup {
+                algorithm: algorithm.name(),
+                reason: "a dictionary is taken by zstd only".into(),
+            });
+        }
+        Ok(())
+    }
 }
 
 /// One compression context.
@@ -109,8 +156,10 @@ pub trait Codec: Send + std::fmt::Debug {
 
 /// Makes a fresh context for `algorithm` with `params`.
 pub fn new_codec(algorithm: Algorithm, params: &AlgorithmParams) -> Result<Box<dyn Codec>> {
+    params.check(algorithm)?;
     Ok(match algorithm {
-        Algorithm::Lz4 => Box::new(lz4::Lz4),
+        Algorithm::Lz4 => Box::new(lz4::Lz4::new(params)),
+        Algorithm::Lz4Hc => Box::new(lz4::Lz4Hc::new(params)?),
         Algorithm::Zstd => Box::new(zstd::Zstd::new(params)?),
         Algorithm::Lzo => Box::new(lzo::Lzo::new(crate::lzo::Variant::Lzo)),
         Algorithm::LzoRle => Box::new(lzo::Lzo::new(crate::lzo::Variant::LzoRle)),
@@ -212,11 +261,121 @@ mod tests {
         }
     }
 
+    /// A page of words drawn at random from a small vocabulary: it compresses, but not so
+    /// well that every encoder finds every match.
+    fn prose() -> Vec<u8> {
+        let words = [
+            "zram",
+            "page",
+            "slot",
+            "class",
+            "zspage",
+            "object",
+            "handle",
+            "compress",
+            "memory",
+            "the",
+            "a",
+            "of",
+            "into",
+            "pool",
+            "writeback",
+            "idle",
+            "huge",
+            "same",
+            "kernel",
+        ];
+        let mut x = 0x2545_f491_u32;
+        let mut out = Vec::new();
+        while out.len() < 4096 {
+            x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            out.extend_from_slice(words[(x >> 16) as usize % words.len()].as_bytes());
+            out.push(if x & 7 == 0 { b'.' } else { b' ' });
+        }
+        out.truncate(4096);
+        out
+    }
+
+    fn compressed_len(alg: Algorithm, level: Option<i32>, src: &[u8]) -> usize {
+        let params = AlgorithmParams {
+            level,
+            dictionary: None,
+        };
+        let mut c = new_codec(alg, &params).unwrap();
+        let mut dst = Vec::new();
+        let n = c.compress(src, &mut dst).unwrap();
+        let mut back = vec![0u8; src.len()];
+        c.decompress(&dst, &mut back).unwrap();
+        assert_eq!(back, src, "{alg} level {level:?}");
+        n
+    }
+
+    /// The level means what the kernel's backends make of it: lz4's acceleration (higher:
+    /// fewer matches looked for), lz4hc's and zstd's effort.
+    #[test]
+    fn levels_change_what_the_encoders_do() {
+        let src = prose();
+        let lz4 = compressed_len(Algorithm::Lz4, None, &src);
+        assert_eq!(compressed_len(Algorithm::Lz4, Some(1), &src), lz4);
+        let fast = compressed_len(Algorithm::Lz4, Some(64), &src);
+        assert!(fast > lz4, "acceleration 64: {fast} bytes, 1: {lz4}");
+        let hc = compressed_len(Algorithm::Lz4Hc, None, &src);
+        assert!(hc < lz4, "lz4hc {hc} bytes, lz4 {lz4}");
+        assert_eq!(compressed_len(Algorithm::Lz4Hc, Some(9), &src), hc);
+        assert!(compressed_len(Algorithm::Lz4Hc, Some(1), &src) > hc);
+        let zstd_fast = compressed_len(Algorithm::Zstd, Some(-50), &src);
+        assert!(zstd_fast > compressed_len(Algorithm::Zstd, None, &src));
+    }
+
+    #[test]
+    fn levels_outside_an_algorithms_range_and_foreign_dictionaries_are_refused() {
+        let level = |level| AlgorithmParams {
+            level: Some(level),
+            dictionary: None,
+        };
+        for (alg, good, bad) in [
+            (Algorithm::Lz4, [1, 65537], [0, 65538]),
+            (Algorithm::Lz4Hc, [1, 12], [0, 13]),
+            (Algorithm::Zstd, [-131_072, 22], [-131_073, 23]),
+        ] {
+            for l in good {
+                level(l).check(alg).unwrap();
+                new_codec(alg, &level(l)).unwrap();
+            }
+            for l in bad {
+                assert!(matches!(
+                    new_codec(alg, &level(l)),
+                    Err(Error::InvalidLevel { level, .. }) if level == l
+                ));
+            }
+        }
+        assert_eq!(zstd::LEVELS, ::zstd::compression_level_range());
+        for alg in [Algorithm::Lzo, Algorithm::LzoRle] {
+            assert!(level(1).check(alg).is_err(), "{alg}");
+            AlgorithmParams::default().check(alg).unwrap();
+        }
+        let dict = AlgorithmParams {
+            level: None,
+            dictionary: Some(Arc::new(vec![7u8; 1024])),
+        };
+        for alg in Algorithm::ALL {
+            assert_eq!(dict.check(alg).is_ok(), alg == Algorithm::Zstd, "{alg}");
+        }
+    }
+
     #[test]
     fn names_and_ids_round_trip() {
         for alg in Algorithm::ALL {
             assert_eq!(alg.name().parse::<Algorithm>().unwrap(), alg);
             assert_eq!(Algorithm::from_id(alg.id()), Some(alg));
+            // A config file names it as the kernel does.
+            #[derive(serde::Serialize, serde::Deserialize)]
+            struct Key {
+                algorithm: Algorithm,
+            }
+            let line = format!("algorithm = \"{}\"\n", alg.name());
+            assert_eq!(toml::to_string(&Key { algorithm: alg }).unwrap(), line);
+            assert_eq!(toml::from_str::<Key>(&line).unwrap().algorithm, alg);
         }
         assert!("deflate".parse::<Algorithm>().is_err());
     }

@@ -6,6 +6,10 @@ use crate::error::{Error, Result};
 /// The kernel zram's default zstd level.
 pub(super) const DEFAULT_LEVEL: i32 = 3;
 
+/// The levels libzstd takes (`ZSTD_minCLevel()..=ZSTD_maxCLevel()`; 0 is its default,
+/// negative ones trade ratio for speed).
+pub(super) const LEVELS: std::ops::RangeInclusive<i32> = -(1 << 17)..=22;
+
 pub(super) struct Zstd {
     compressor: zstd::bulk::Compressor<'static>,
     decompressor: zstd::bulk::Decompressor<'static>,
@@ -20,12 +24,6 @@ impl std::fmt::Debug for Zstd {
 impl Zstd {
     pub(super) fn new(params: &AlgorithmParams) -> Result<Self> {
         let level = params.level.unwrap_or(DEFAULT_LEVEL);
-        if !(zstd::compression_level_range()).contains(&level) {
-            return Err(Error::InvalidLevel {
-                algorithm: "zstd",
-                level,
-            });
-        }
         let setup = |e: std::io::Error| Error::CodecSetup {
             algorithm: "zstd",
             reason: e.to_string(),

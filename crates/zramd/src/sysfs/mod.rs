@@ -207,8 +207,13 @@ fn store(dev: &Device, name: &str, value: &[u8]) -> Result<(), DeviceError> {
         },
         "comp_algorithm" => {
             // The kernel drops one trailing newline and looks the rest up.
+            // Another algorithm starts from its own defaults: a level or dictionary given
+            // for the old one would mean something else, or nothing, to it.
             let alg = algorithm(value.strip_suffix(b"\n").unwrap_or(value))?;
             dev.update_settings(|s| {
+                if s.algorithm != alg {
+                    s.params = Default::default();
+                }
                 s.algorithm = alg;
                 Ok(())
             })
@@ -264,6 +269,43 @@ mod tests {
     use super::*;
     use zram::ZramConfig;
 
+    /// A level is checked against the algorithm it is for when it is written, a dictionary
+    /// for an algorithm that takes none is refused before its file is opened, and a new
+    /// `comp_algorithm` starts from its own defaults.
+    #[test]
+    fn algorithm_params_fit_their_algorithm() {
+        let d = Device::new("zram0", ZramConfig::default());
+        let level = |d: &Device| d.settings().params.level;
+        for bad in [&b"algo=lz4 level=0\n"[..], b"algo=lz4 level=65538\n"] {
+            assert_eq!(write(&d, "algorithm_params", bad), Err(libc::EINVAL));
+        }
+        assert_eq!(
+            write(&d, "algorithm_params", b"algo=lz4 dict=/nonexistent/dict\n"),
+            Err(libc::EINVAL),
+            "refused before the file is looked for (ENOENT)"
+        );
+        write(&d, "algorithm_params", b"algo=lz4 level=8\n").unwrap();
+        assert_eq!(level(&d), Some(8));
+        write(&d, "comp_algorithm", b"lz4\n").unwrap();
+        assert_eq!(level(&d), Some(8), "the same algorithm keeps its level");
+        write(&d, "comp_algorithm", b"lz4hc\n").unwrap();
+        assert_eq!(level(&d), None, "lz4's acceleration is no lz4hc level");
+        assert_eq!(
+            write(&d, "algorithm_params", b"level=13\n"),
+            Err(libc::EINVAL)
+        );
+        write(&d, "algorithm_params", b"level=12\n").unwrap();
+        write(&d, "comp_algorithm", b"lzo\n").unwrap();
+        assert_eq!(
+            write(&d, "algorithm_params", b"level=1\n"),
+            Err(libc::EINVAL)
+        );
+        write(&d, "comp_algorithm", b"zstd\n").unwrap();
+        write(&d, "algorithm_params", b"level=-5\n").unwrap();
+        write(&d, "disksize", b"1M\n").unwrap();
+        assert_eq!(d.zram().unwrap().params().level, Some(-5));
+    }
+
     #[test]
     fn attributes_behave_as_the_kernels() {
         let d = Device::new("zram0", ZramConfig::default());
@@ -271,7 +313,7 @@ mod tests {
         assert_eq!(read(&d, "disksize").unwrap(), "0\n");
         assert_eq!(
             read(&d, "comp_algorithm").unwrap(),
-            "lzo-rle lzo [lz4] zstd \n"
+            "lzo-rle lzo [lz4] lz4hc zstd \n"
         );
         assert_eq!(read(&d, "reset"), Err(libc::EACCES));
         assert_eq!(write(&d, "mm_stat", b"1"), Err(libc::EACCES));

@@ -119,7 +119,8 @@ fn target(
 /// algorithm), `level=N`, `dict=PATH`, separated by blanks; the level and dictionary replace
 /// that algorithm's. Everything is checked before the dictionary file is touched: the words,
 /// then the device's state (`EBUSY` once initialized: the parameters are the device's from
-/// then on), then the algorithm named (`EINVAL` for a priority with no algorithm).
+/// then on), then the algorithm named (`EINVAL` for a priority with no algorithm, a level
+/// outside its range, a dictionary for an algorithm that takes none).
 pub(super) fn store_algorithm_params(dev: &Device, value: &[u8]) -> Result<(), DeviceError> {
     let bad = |what: &[u8]| invalid("algorithm_params", what);
     let (mut algo, mut priority, mut level, mut dict_path) = (None, None, None, None);
@@ -145,7 +146,21 @@ pub(super) fn store_algorithm_params(dev: &Device, value: &[u8]) -> Result<(), D
     if dev.initialized() {
         return Err(DeviceError::Busy);
     }
-    let prio = target(&dev.settings(), algo, priority)?;
+    let settings = dev.settings();
+    let prio = target(&settings, algo, priority)?;
+    if let Some(alg) = algorithm_of(&settings, prio) {
+        AlgorithmParams {
+            level,
+            dictionary: None,
+        }
+        .check(alg)?;
+        if dict_path.is_some() && !alg.takes_dictionary() {
+            return Err(DeviceError::invalid(
+                "algorithm_params",
+                format!("{alg} takes no dictionary (zstd does)"),
+            ));
+        }
+    }
     let dict = dict_path
         .map(read_dictionary)
         .transpose()?

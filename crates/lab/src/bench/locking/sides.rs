@@ -117,12 +117,12 @@ impl Sides {
         }
         if no_kernel {
             me.kernel_skipped = Some("--no-kernel".into());
-        } else if let Some(why) = unavailable_reason(algorithm.name()) {
+        } else if let Some(why) = unavailable_reason(algorithm.name(), None) {
             me.kernel_skipped = Some(why);
         } else {
             let dev = me
                 .kernel
-                .insert(KernelZram::with(algorithm.name(), size.bytes())?);
+                .insert(KernelZram::with(algorithm.name(), None, size.bytes())?);
             let mounted = Mounted::new(&dev.dev_path(), false, tmp.join("ext4-kernel"))?;
             me.sides.push(Side {
                 name: "kernel".into(),

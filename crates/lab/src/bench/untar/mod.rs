@@ -276,12 +276,14 @@ pub fn measure(args: &Args) -> anyhow::Result<Vec<Row>> {
     let mut theirs_steps = Steps::new();
     if args.no_kernel {
         outln!("kernel: skipped (--no-kernel)");
-    } else if let Some(why) = unavailable_reason(args.device.algorithm.name()) {
+    } else if let Some(why) =
+        unavailable_reason(args.device.algorithm.name(), args.device.params.level)
+    {
         outln!("kernel: skipped ({why})");
     } else {
         let size = args.size.bytes();
         let theirs = Theirs {
-            dev: KernelZram::with(args.device.algorithm.name(), size)?,
+            dev: KernelZram::with(args.device.algorithm.name(), args.device.params.level, size)?,
         };
         let mounted = Mounted::new(&theirs.dev.dev_path(), false, tmp.join("ext4-kernel"))?;
         theirs_steps = workload(&theirs, &mounted.dir, args)?;
