@@ -374,7 +374,7 @@ fn line_of(response: &Response) -> Vec<u8> {
 impl Endpoint for Control {
     const NAME: &'static str = "control";
     const MAX_CONNECTIONS: usize = MAX_CONNECTIONS;
-    const END: &'static [u8] = b"\n";
+    const ENDS: &'static [&'static [u8]] = &[b"\n"];
     const MAX_REQUEST: usize = MAX_REQUEST;
 
     fn answer(&self, request: &[u8]) -> Vec<u8> {

@@ -41,8 +41,8 @@ pub(crate) trait Endpoint: Send + Sync + 'static {
     const NAME: &'static str;
     /// Connections served at once.
     const MAX_CONNECTIONS: usize;
-    /// What ends a request (`\n`, `\r\n\r\n`).
-    const END: &'static [u8];
+    /// What ends a request, any of these (`\n`; an empty line).
+    const ENDS: &'static [&'static [u8]];
     /// Longest request, in bytes.
     const MAX_REQUEST: usize;
     /// The answer to a request read whole.
@@ -59,7 +59,7 @@ impl<E: Endpoint> Handler for Served<E> {
     fn handle<C: Conn>(&self, mut conn: C, slot: &Slot) {
         let read = read_until_by(
             &mut conn,
-            E::END,
+            E::ENDS,
             E::MAX_REQUEST,
             deadline_in(REQUEST_DEADLINE),
         );

@@ -107,6 +107,33 @@ fn http(status: &str, headers: &str, body: &str, send_body: bool) -> Vec<u8> {
     answer.into_bytes()
 }
 
+/// A request line's method, path (without the query) and major version: `METHOD TARGET
+/// HTTP/d.d`, words separated by single spaces, the method a token, the target a path
+/// (`/metrics`) or an absolute URL (`http://host/metrics`, which proxies send). `None` for
+/// anything else.
+fn request_line(line: &[u8]) -> Option<(&[u8], &[u8], u8)> {
+    let mut words = line.split(|&b| b == b' ');
+    let (method, target, version) = (words.next()?, words.next()?, words.next()?);
+    let tchar = |b: &u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b);
+    if words.next().is_some() || method.is_empty() || !method.iter().all(tchar) {
+        return None;
+    }
+    let target = match target.strip_prefix(b"http://") {
+        Some(rest) => rest
+            .iter()
+            .position(|&b| b == b'/')
+            .map_or(&b"/"[..], |at| &rest[at..]),
+        None => target.starts_with(b"/").then_some(target)?,
+    };
+    let path = target.split(|&b| b == b'?').next()?;
+    match version.strip_prefix(b"HTTP/")? {
+        &[major, b'.', minor] if major.is_ascii_digit() && minor.is_ascii_digit() => {
+            Some((method, path, major - b'0'))
+        }
+        _ => None,
+    }
+}
+
 /// A plain-text error answer.
 fn error(status: &str, body: &str) -> Vec<u8> {
     http(
@@ -120,7 +147,9 @@ fn error(status: &str, body: &str) -> Vec<u8> {
 impl Endpoint for Metrics {
     const NAME: &'static str = "metrics";
     const MAX_CONNECTIONS: usize = MAX_CONNECTIONS;
-    const END: &'static [u8] = b"\r\n\r\n";
+    // The empty line that ends the head, after CRLF or a bare LF (RFC 9112 lets a server
+    // take LF alone as a line's end).
+    const ENDS: &'static [&'static [u8]] = &[b"\n\r\n", b"\n\n"];
     const MAX_REQUEST: usize = MAX_HEAD;
 
     fn answer(&self, head: &[u8]) -> Vec<u8> {
@@ -128,10 +157,15 @@ impl Endpoint for Metrics {
             .split(|&b| b == b'\r' || b == b'\n')
             .next()
             .unwrap_or_default();
-        let mut words = line.split(|&b| b == b' ');
-        let method = words.next().unwrap_or_default();
-        let target = words.next().unwrap_or_default();
-        let path = target.split(|&b| b == b'?').next().unwrap_or_default();
+        let Some((method, path, version)) = request_line(line) else {
+            return error(
+                "400 Bad Request",
+                "not an HTTP request line; try GET /metrics HTTP/1.1\n",
+            );
+        };
+        if version != 1 {
+            return error("505 HTTP Version Not Supported", "HTTP/1.x only\n");
+        }
         let head_only = method == b"HEAD";
         if !matches!(path, b"/metrics" | b"/") {
             let body = "not found; try GET /metrics\n";

@@ -97,17 +97,18 @@ pub(crate) fn write_all_by<C: Conn>(conn: &mut C, buf: &[u8], deadline: Instant)
     Ok(())
 }
 
-/// Reads until `end` has been read (included in the result) or the peer stops sending
-/// (what came so far), failing with `InvalidData` after `max` bytes without `end`, and
-/// once `deadline` passes.
+/// Reads until one of `ends` has been read (included in the result) or the peer stops
+/// sending (what came so far), failing with `InvalidData` after `max` bytes without an end,
+/// and once `deadline` passes.
 pub(crate) fn read_until_by<C: Conn>(
     conn: &mut C,
-    end: &[u8],
+    ends: &[&[u8]],
     max: usize,
     deadline: Instant,
 ) -> io::Result<Vec<u8>> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
+    let longest = ends.iter().map(|e| e.len()).max().unwrap_or(1);
     loop {
         arm(conn, deadline)?;
         let want = chunk.len().min(max + 1 - buf.len());
@@ -117,11 +118,19 @@ pub(crate) fn read_until_by<C: Conn>(
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
-        // Look for `end` in what is new, and in the few bytes before it it may start in.
-        let from = buf.len().saturating_sub(end.len() - 1);
+        // Look for an end in what is new, and in the few bytes before it one may start in;
+        // the first one to end wins.
+        let from = buf.len().saturating_sub(longest - 1);
         buf.extend_from_slice(&chunk[..n]);
-        if let Some(i) = buf[from..].windows(end.len()).position(|w| w == end) {
-            buf.truncate(from + i + end.len());
+        let found = ends
+            .iter()
+            .filter_map(|end| {
+                let at = buf[from..].windows(end.len()).position(|w| w == *end)?;
+                Some(from + at + end.len())
+            })
+            .min();
+        if let Some(len) = found {
+            buf.truncate(len);
             return Ok(buf);
         }
         if buf.len() > max {

@@ -146,6 +146,30 @@ fn an_idle_client_delays_no_scrape_and_head_and_methods_are_answered() {
     assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
     assert!(split(&answer).1.is_empty(), "{answer}");
 
+    // Lines ended by a bare LF, HTTP/1.0 and a proxy's absolute URL are served; what is
+    // not a request line is 400, another major version 505 (before, garbage was 404, HTTP/9.9
+    // was served, and a bare-LF head waited for the 5 s deadline and got 408).
+    for (request, status) in [
+        (&b"GET /metrics HTTP/1.1\nHost: x\n\n"[..], "200"),
+        (b"GET /metrics HTTP/1.0\r\n\r\n", "200"),
+        (b"GET http://x:9100/metrics?a=b HTTP/1.1\r\n\r\n", "200"),
+        (b"hello\r\n\r\n", "400"),
+        (b"GET /metrics\r\n\r\n", "400"),
+        (b"GET  /metrics HTTP/1.1\r\n\r\n", "400"),
+        (b"GET metrics HTTP/1.1\r\n\r\n", "400"),
+        (b"G\x01T /metrics HTTP/1.1\r\n\r\n", "400"),
+        (b"GET /metrics HTTP/one\r\n\r\n", "400"),
+        (b"GET /metrics HTTP/9.9\r\n\r\n", "505"),
+        (b"GET /metrics HTTP/2.0\r\n\r\n", "505"),
+    ] {
+        let answer = exchange(addr, request);
+        let text = String::from_utf8_lossy(request);
+        assert!(
+            answer.starts_with(&format!("HTTP/1.1 {status}")),
+            "{text:?}: {answer}"
+        );
+    }
+
     // The idle client is still connected and still unanswered after all of that.
     assert!(!answered(&idle), "the idle client was answered early");
     drop(idle);
