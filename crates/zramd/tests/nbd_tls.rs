@@ -182,6 +182,15 @@ fn tls_needs_certificates() {
         !dir.path().join("control.sock").exists(),
         "a failed start leaves nothing"
     );
+    // Credentials without TLS: refused (before they are read), not served in plain.
+    let err = start(dir.path(), TlsMode::Off, Some(dir.path())).unwrap_err();
+    assert!(format!("{err:#}").contains("TLS is off"), "{err:#}");
+    let plain = zramd::nbd::ServerConfig {
+        tls_psk: Some(dir.path().join("keys.psk")),
+        ..zramd::nbd::ServerConfig::default()
+    };
+    let err = plain.load_tls().expect_err("keys without TLS");
+    assert!(err.to_string().contains("--tls on"), "{err}");
 }
 
 /// Without the `tls-psk` feature (OpenSSL), `--tls-psk` is refused at start with a message

@@ -116,12 +116,20 @@ pub enum TlsMode {
 
 impl ServerConfig {
     /// The TLS setting these options ask for, loaded (`None` when off).
+    /// Credentials with TLS off are refused: whoever gave them meant TLS, and would
+    /// otherwise be served in plain without a word.
     pub fn load_tls(&self) -> std::io::Result<Option<tls::Tls>> {
+        let invalid = |why| std::io::Error::new(std::io::ErrorKind::InvalidInput, why);
         if self.tls == TlsMode::Off {
+            if self.tls_certificates.is_some() || self.tls_psk.is_some() {
+                return Err(invalid(
+                    "--tls-certificates or --tls-psk (tls_certificates, tls_psk) given, but TLS \
+                     is off: add --tls on or --tls require (tls = \"on\" or \"require\")",
+                ));
+            }
             return Ok(None);
         }
         let require = self.tls == TlsMode::Require;
-        let invalid = |why| std::io::Error::new(std::io::ErrorKind::InvalidInput, why);
         match (&self.tls_certificates, &self.tls_psk) {
             (Some(_), Some(_)) => Err(invalid(
                 "--tls-certificates and --tls-psk (tls_certificates, tls_psk) exclude each other",
