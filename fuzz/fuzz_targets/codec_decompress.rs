@@ -1,5 +1,6 @@
-//! Every device decompressor (lz4, zstd, lzo, lzo-rle) on arbitrary bytes into a page, as a
-//! read of a corrupt slot would feed them; then a round trip of the bytes as a page.
+//! Every device decompressor (lz4, lz4hc, zstd, lzo, lzo-rle; those that take one, also with
+//! a dictionary) on arbitrary bytes into a page, as a read of a corrupt slot would feed
+//! them; then a round trip of the bytes as a page.
 //!
 //! Run: `cargo +nightly fuzz run codec_decompress` from `fuzz/`.
 
@@ -10,8 +11,26 @@ use zram::comp::{Algorithm, AlgorithmParams, new_codec};
 
 fuzz_target!(|data: &[u8]| {
     let mut page = vec![0u8; 4096];
-    for alg in Algorithm::ALL {
-        let Ok(mut codec) = new_codec(alg, &AlgorithmParams::default()) else {
+    let dict: std::sync::Arc<Vec<u8>> = std::sync::Arc::new(
+        (0..8192u32)
+            .map(|i| b"zram stores pages compressed; "[i as usize % 30] ^ (i / 97) as u8)
+            .collect(),
+    );
+    let with_dict = Algorithm::ALL
+        .into_iter()
+        .filter(|a| a.takes_dictionary())
+        .map(|a| {
+            let params = AlgorithmParams {
+                level: None,
+                dictionary: Some(dict.clone()),
+            };
+            (a, params)
+        });
+    let plain = Algorithm::ALL
+        .into_iter()
+        .map(|a| (a, AlgorithmParams::default()));
+    for (alg, params) in plain.chain(with_dict) {
+        let Ok(mut codec) = new_codec(alg, &params) else {
             return;
         };
         let _ = codec.decompress(data, &mut page);

@@ -1,6 +1,7 @@
-//! Parity with the kernel's zram, device against device: for each of lzo, lzo-rle, lz4 and
-//! lz4 at acceleration 8 (`algorithm_params level=8`, where the kernel has that file) that
-//! the kernel offers, the same corpus of real pages (binaries, C headers, zero and
+//! Parity with the kernel's zram, device against device: for each of lzo, lzo-rle, lz4, lz4
+//! at acceleration 8 (`algorithm_params level=8`, where the kernel has that file) and lz4
+//! with a dictionary (`algorithm_params dict=`: the corpus's first 64 KiB) that the kernel
+//! offers, the same corpus of real pages (binaries, C headers, zero and
 //! same-filled pages) is written with O_DIRECT to a hot-added kernel zram device and through
 //! our `Zram` with the same algorithm and chain size 8. `orig_data_size` and `same_pages`
 //! must match exactly, `compr_data_size` within 2% (lz4, the same C library on both sides,
@@ -58,7 +59,13 @@ struct Figures {
     huge: u64,
 }
 
-fn kernel_run(name: &str, level: Option<i32>, corpus: &[u8]) -> io::Result<Figures> {
+/// A case's algorithm parameters, as the kernel's `algorithm_params` takes them.
+struct Params<'a> {
+    level: Option<i32>,
+    dict: Option<&'a std::path::Path>,
+}
+
+fn kernel_run(name: &str, params: &Params<'_>, corpus: &[u8]) -> io::Result<Figures> {
     let dev = KernelZram::add()?;
     dev.set("comp_algorithm", name)?;
     let chosen = dev.get("comp_algorithm")?;
@@ -67,8 +74,14 @@ fn kernel_run(name: &str, level: Option<i32>, corpus: &[u8]) -> io::Result<Figur
         "zram{}: {chosen:?}",
         dev.id()
     );
-    if let Some(level) = level {
+    if let Some(level) = params.level {
         dev.set("algorithm_params", &format!("algo={name} level={level}"))?;
+    }
+    if let Some(dict) = params.dict {
+        dev.set(
+            "algorithm_params",
+            &format!("algo={name} dict={}", dict.display()),
+        )?;
     }
     dev.set("disksize", &DISKSIZE.to_string())?;
     let file = dev.open_direct()?;
@@ -90,13 +103,15 @@ fn kernel_run(name: &str, level: Option<i32>, corpus: &[u8]) -> io::Result<Figur
     })
 }
 
-fn our_run(algorithm: Algorithm, level: Option<i32>, corpus: &[u8]) -> Figures {
+fn our_run(algorithm: Algorithm, params: &Params<'_>, corpus: &[u8]) -> Figures {
     let zram = Zram::new(ZramConfig {
         disksize: DISKSIZE,
         algorithm,
         params: AlgorithmParams {
-            level,
-            dictionary: None,
+            level: params.level,
+            dictionary: params
+                .dict
+                .map(|p| std::sync::Arc::new(std::fs::read(p).expect("dictionary"))),
         },
         // The kernel's object layout, so that the huge threshold is the kernel's too.
         pool: PoolConfig {
@@ -152,28 +167,41 @@ fn compressed_sizes_match_the_kernel() {
     );
 
     let mut compared = 0;
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let dict = scratch.path().join("lz4.dict");
+    std::fs::write(&dict, &corpus[..64 << 10]).expect("dictionary file");
+    let plain = |level| Params { level, dict: None };
     let cases = [
-        (Algorithm::Lzo, None),
-        (Algorithm::LzoRle, None),
-        (Algorithm::Lz4, None),
-        (Algorithm::Lz4, Some(8)),
+        (Algorithm::Lzo, plain(None)),
+        (Algorithm::LzoRle, plain(None)),
+        (Algorithm::Lz4, plain(None)),
+        (Algorithm::Lz4, plain(Some(8))),
+        (
+            Algorithm::Lz4,
+            Params {
+                level: None,
+                dict: Some(&dict),
+            },
+        ),
     ];
-    for (algorithm, level) in cases {
+    for (algorithm, params) in cases {
         let name = algorithm.name();
         if !offered.iter().any(|a| a == name) {
             println!("{name}: not offered by this kernel, skipped");
             continue;
         }
-        if level.is_some() && !std::path::Path::new("/sys/block/zram0/algorithm_params").exists() {
-            println!("{name} with a level: this kernel has no algorithm_params, skipped");
+        let with_params = params.level.is_some() || params.dict.is_some();
+        if with_params && !std::path::Path::new("/sys/block/zram0/algorithm_params").exists() {
+            println!("{name} with parameters: this kernel has no algorithm_params, skipped");
             continue;
         }
-        let k = kernel_run(name, level, &corpus)
-            .unwrap_or_else(|e| panic!("kernel {name} {level:?}: {e}"));
-        let o = our_run(algorithm, level, &corpus);
-        let name = match level {
-            Some(l) => format!("{name} level={l}"),
-            None => name.to_owned(),
+        let k = kernel_run(name, &params, &corpus)
+            .unwrap_or_else(|e| panic!("kernel {name} {:?}: {e}", params.level));
+        let o = our_run(algorithm, &params, &corpus);
+        let name = match (params.level, params.dict) {
+            (Some(l), _) => format!("{name} level={l}"),
+            (None, Some(_)) => format!("{name} dict"),
+            (None, None) => name.to_owned(),
         };
         let diff = (o.compr as f64 - k.compr as f64) / k.compr as f64;
         println!(

@@ -58,9 +58,10 @@ impl Algorithm {
         Self::ALL.into_iter().find(|a| a.id() == id)
     }
 
-    /// Whether it takes a dictionary (`algorithm_params dict=`): zstd only here.
+    /// Whether it takes a dictionary (`algorithm_params dict=`): zstd, lz4 and lz4hc, as
+    /// the kernel's backends (LZO has none).
     pub fn takes_dictionary(self) -> bool {
-        self == Algorithm::Zstd
+        matches!(self, Algorithm::Zstd | Algorithm::Lz4 | Algorithm::Lz4Hc)
     }
 
     /// The kernel's name (`comp_algorithm`).
@@ -104,8 +105,8 @@ pub struct AlgorithmParams {
     /// refuses one.
     #[cfg_attr(feature = "clap", arg(long, allow_negative_numbers = true))]
     pub level: Option<i32>,
-    /// A trained dictionary (zstd only here; the others refuse one), read from a file
-    /// through `algorithm_params dict=PATH`.
+    /// A dictionary (zstd: a trained one, or raw content; lz4 and lz4hc: content, its last
+    /// 64 KiB; LZO refuses one), read from a file through `algorithm_params dict=PATH`.
     #[serde(skip)]
     #[cfg_attr(feature = "clap", arg(skip))]
     pub dictionary: Option<Arc<Vec<u8>>>,
@@ -113,8 +114,8 @@ pub struct AlgorithmParams {
 
 impl AlgorithmParams {
     /// Refuses what `algorithm` cannot take: a level outside its range (or any level, for
-    /// LZO), a dictionary for anything but zstd. The kernel clamps such levels and ignores
-    /// such dictionaries; here a setting that would not do what it says is an error.
+    /// LZO), a dictionary for LZO. The kernel clamps such levels and ignores such
+    /// dictionaries; here a setting that would not do what it says is an error.
     pub fn check(&self, algorithm: Algorithm) -> Result<()> {
         let (range, levels) = match algorithm {
             Algorithm::Zstd => (Some(zstd::LEVELS), "-131072 to 22"),
@@ -135,7 +136,7 @@ impl AlgorithmParams {
         if self.dictionary.is_some() && !algorithm.takes_dictionary() {
             return Err(Error::CodecSetup {
                 algorithm: algorithm.name(),
-                reason: "a dictionary is taken by zstd only".into(),
+                reason: "it takes no dictionary (zstd, lz4 and lz4hc do)".into(),
             });
         }
         Ok(())
@@ -158,7 +159,7 @@ pub trait Codec: Send + std::fmt::Debug {
 pub fn new_codec(algorithm: Algorithm, params: &AlgorithmParams) -> Result<Box<dyn Codec>> {
     params.check(algorithm)?;
     Ok(match algorithm {
-        Algorithm::Lz4 => Box::new(lz4::Lz4::new(params)),
+        Algorithm::Lz4 => Box::new(lz4::Lz4::new(params)?),
         Algorithm::Lz4Hc => Box::new(lz4::Lz4Hc::new(params)?),
         Algorithm::Zstd => Box::new(zstd::Zstd::new(params)?),
         Algorithm::Lzo => Box::new(lzo::Lzo::new(crate::lzo::Variant::Lzo)),
@@ -359,7 +360,8 @@ mod tests {
             dictionary: Some(Arc::new(vec![7u8; 1024])),
         };
         for alg in Algorithm::ALL {
-            assert_eq!(dict.check(alg).is_ok(), alg == Algorithm::Zstd, "{alg}");
+            let lzo = matches!(alg, Algorithm::Lzo | Algorithm::LzoRle);
+            assert_eq!(dict.check(alg).is_err(), lzo, "{alg}");
         }
     }
 

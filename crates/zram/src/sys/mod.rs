@@ -1,6 +1,6 @@
 //! The only module of this crate with `unsafe` code: a zeroed table from the OS, the
 //! coarse clock, the LZO decoder's fast loop ([`lzo`]) and liblz4's high-compression
-//! encoder with a kept state ([`lz4hc`]).
+//! encoder with a kept state ([`lz4`]).
 //!
 //! # Safety
 //!
@@ -13,7 +13,7 @@ use std::sync::atomic::AtomicU64;
 
 use zsmalloc::sys::Arena;
 
-pub(crate) mod lz4hc;
+pub(crate) mod lz4;
 pub(crate) mod lzo;
 
 /// `len` atomics, all 0, in memory of their own from the OS, which becomes resident only

@@ -157,7 +157,7 @@ pub(super) fn store_algorithm_params(dev: &Device, value: &[u8]) -> Result<(), D
         if dict_path.is_some() && !alg.takes_dictionary() {
             return Err(DeviceError::invalid(
                 "algorithm_params",
-                format!("{alg} takes no dictionary (zstd does)"),
+                format!("{alg} takes no dictionary (zstd, lz4 and lz4hc do)"),
             ));
         }
     }
