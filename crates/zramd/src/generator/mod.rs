@@ -328,19 +328,23 @@ fn algorithms(
     Ok((primary, secondary))
 }
 
-/// `level=N` (comma-separated, as the generator writes them).
+/// `level=N` and `dict=PATH` (comma-separated, as the generator writes them); the
+/// dictionary is read as `algorithm_params dict=` reads it (a regular file of at most 1 MiB).
 fn algorithm_params(text: &str) -> anyhow::Result<AlgorithmParams> {
     let mut params = AlgorithmParams::default();
     for kv in text.split(',').map(str::trim).filter(|kv| !kv.is_empty()) {
-        match kv.split_once('=') {
+        match kv.split_once('=').map(|(k, v)| (k.trim(), v.trim())) {
             Some(("level", v)) => {
                 params.level = Some(
-                    v.trim()
-                        .parse()
+                    v.parse()
                         .with_context(|| format!("level {v:?} is not a number"))?,
                 );
             }
-            _ => bail!("algorithm parameter {kv:?} is not supported (only level=N)"),
+            Some(("dict", v)) if !v.is_empty() => {
+                let bytes = crate::sysfs::read_dictionary(v.as_bytes())?;
+                params.dictionary = Some(std::sync::Arc::new(bytes));
+            }
+            _ => bail!("algorithm parameter {kv:?} is not supported (only level=N, dict=PATH)"),
         }
     }
     Ok(params)

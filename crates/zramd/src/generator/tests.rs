@@ -66,6 +66,20 @@ fn algorithms_and_recompression() {
         (r.len(), r[0].priority, r[0].algorithm),
         (1, 1, Algorithm::Lzo)
     );
+    // A dictionary, read when the file is parsed, for any algorithm that takes one.
+    let dir = tempfile::tempdir().unwrap();
+    let dict = dir.path().join("dict");
+    std::fs::write(&dict, b"zram stores pages compressed ".repeat(40)).unwrap();
+    let d = one(
+        &format!(
+            "[zram0]\ncompression-algorithm = lz4(dict={0}, level=2) zstd(dict={0})\n",
+            dict.display()
+        ),
+        1024.0,
+    );
+    assert_eq!(d.config.params.level, Some(2));
+    assert_eq!(d.config.params.dictionary.as_ref().unwrap().len(), 29 * 40);
+    assert!(d.config.recomp_algorithm[0].params.dictionary.is_some());
     // The generator's global recompression parameters are ignored, with a warning.
     let g = parse("[zram0]\ncompression-algorithm = lz4 (type=idle)\n", 1.0e3).unwrap();
     assert!(g.warnings[0].contains("type=idle"), "{:?}", g.warnings);
@@ -134,8 +148,12 @@ fn bad_input_is_one_clear_line() {
             "level \"x\"",
         ),
         (
-            "[zram0]\ncompression-algorithm = zstd(dict=/a)\n",
-            "\"dict=/a\" is not supported",
+            "[zram0]\ncompression-algorithm = zstd(dict=/nonexistent/a)\n",
+            "dict=/nonexistent/a: No such file",
+        ),
+        (
+            "[zram0]\ncompression-algorithm = zstd(colour=blue)\n",
+            "\"colour=blue\" is not supported",
         ),
         (
             "[zram0]\ncompression-algorithm = zstd(level=1\n",
