@@ -11,7 +11,7 @@ mod tmpfs;
 
 use std::collections::HashMap;
 use std::io::ErrorKind;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, RwLock};
@@ -411,7 +411,21 @@ fn a_block_device_has_fixed_room_and_is_never_punched() {
         }
     };
     let device = Loop(device);
+    // A block device held by someone else (as a mounted one is) is refused, and one the
+    // store holds cannot be taken by anyone else: both open it exclusively.
+    let exclusive = || {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_EXCL)
+            .open(&device.0)
+    };
+    let holder = exclusive().expect("an exclusive open of the fresh loop device");
+    let busy = FileBacking::open(Path::new(&device.0), small_segments(true)).unwrap_err();
+    assert_eq!(busy.raw_os_error(), Some(libc::EBUSY), "{busy}");
+    drop(holder);
     let b = FileBacking::open(Path::new(&device.0), small_segments(true)).expect("open");
+    let taken = exclusive().unwrap_err();
+    assert_eq!(taken.raw_os_error(), Some(libc::EBUSY), "{taken}");
     let mut rng = SmallRng::seed_from_u64(9);
     let mut stored: Vec<(u64, Vec<u8>)> = Vec::new();
     let error = loop {

@@ -353,6 +353,7 @@ fn cli_main() -> anyhow::Result<()> {
     }
     match cli.command {
         Command::Serve(a) => {
+            zramd::sys::ignore_sigxfsz();
             let serve = matches
                 .subcommand_matches("serve")
                 .context("serve's options")?;

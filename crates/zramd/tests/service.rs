@@ -314,6 +314,64 @@ fn a_closed_stdout_and_stderr_stop_nothing() {
     assert!(!unix.exists(), "the NBD socket is left");
 }
 
+/// A backing file under the process's file-size limit (`ulimit -f`, a unit's
+/// `LimitFSIZE=`): writeback fills what the limit leaves and then fails with `ENOSPC`, the
+/// pages not written back stay in memory and read back, and the server lives on. Before, the
+/// first write past the limit ended the server by SIGXFSZ, and every device's data with it.
+#[test]
+fn writeback_within_the_file_size_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    // 6 MiB of bytes that do not compress: huge pages, 6 MiB to write back.
+    let mut data = vec![0u8; 6 << 20];
+    rand::RngCore::fill_bytes(
+        &mut <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(3),
+        &mut data,
+    );
+    let image = dir.path().join("image");
+    std::fs::write(&image, &data).unwrap();
+    let backing = dir.path().join("backing");
+    std::fs::write(&backing, b"").unwrap();
+    let args = [
+        "--size",
+        "8M",
+        "--image",
+        image.to_str().unwrap(),
+        "--backing-dev",
+        backing.to_str().unwrap(),
+    ];
+    // 2048 blocks: 1 MiB in sh's 512-byte blocks, 2 MiB in bash's KiB.
+    let served = Served::start_with(dir.path(), &args, Some("ulimit -f 2048"));
+    let r = served.cli(&["writeback", "zram0", "huge"]);
+    assert!(!r.ok, "6 MiB written back under a 2 MiB limit: {r:?}");
+    assert!(r.stderr.contains("No space left"), "{r:?}");
+    let stat = served.stat_json();
+    assert_eq!(stat[0]["data"], 6 << 20, "{stat}");
+    let pages = stat[0]["post"]["bd_count"].as_u64().unwrap();
+    assert!(
+        pages > 0 && pages < 1536,
+        "{pages} pages written back of 1536"
+    );
+    let written = std::fs::metadata(&backing).unwrap().len();
+    assert!(
+        written <= 2 << 20,
+        "the backing file grew to {written} bytes"
+    );
+    if have(
+        "writeback_within_the_file_size_limit (reading back)",
+        "nbdcopy",
+    ) {
+        let back = dir.path().join("back");
+        let copy = run(
+            Command::new("nbdcopy").arg(served.uri("zram0")).arg(&back),
+            LIMIT,
+        );
+        assert!(copy.ok, "{copy:?}");
+        let back = std::fs::read(&back).unwrap();
+        assert!(back[..data.len()] == data[..], "the pages read back differ");
+    }
+    served.stop();
+}
+
 #[test]
 fn the_shipped_unit_verifies() {
     let unit = std::fs::read_to_string(dist("zramd.service")).unwrap();

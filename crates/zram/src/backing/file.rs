@@ -38,7 +38,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, SeekFrom};
 use std::num::NonZeroU64;
-use std::os::unix::fs::{FileExt, FileTypeExt};
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -135,7 +135,19 @@ impl FileBacking {
     pub fn open(path: &Path, options: FileOptions) -> io::Result<Self> {
         options.check()?;
         let kind = kind_of(&std::fs::metadata(path)?.file_type())?;
-        let mut file = OpenOptions::new().read(true).write(true).open(path)?;
+        // A block device is opened exclusively, as the kernel opens `backing_dev`: one that
+        // is mounted or held by another program (another device node of the same disk
+        // included) is `EBUSY` instead of written over. (Linux ignores `O_EXCL` without
+        // `O_CREAT` on other files; regular files are locked below.)
+        let exclusive = match kind {
+            Kind::BlockDevice => libc::O_EXCL,
+            Kind::File => 0,
+        };
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(exclusive)
+            .open(path)?;
         // One store per file: a second device (or a device re-made while a pass of the old
         // one still runs) would overwrite and punch the first one's objects.
         if let Err(e) =
@@ -160,7 +172,14 @@ impl FileBacking {
         let segment_size = options.segment_size as u64;
         let capacity = match kind {
             Kind::File => match file.set_len(0) {
-                Ok(()) => None,
+                // The process's file-size limit (`RLIMIT_FSIZE`: a unit's `LimitFSIZE=`, a
+                // shell's `ulimit -f`) bounds the file: past it a write would end the process
+                // by SIGXFSZ, or fail with `EFBIG` where that is ignored; within the whole
+                // segments below it an append that finds no room is `ENOSPC`, as on a full
+                // disk.
+                Ok(()) => rustix::process::getrlimit(rustix::process::Resource::Fsize)
+                    .current
+                    .map(|limit| usize::try_from(limit / segment_size).unwrap_or(usize::MAX)),
                 // A file that cannot be resized (a disk image served through FUSE, say) keeps
                 // its size: its whole segments are the store's room, as a block device's.
                 Err(e) if matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::EOPNOTSUPP)) => {
