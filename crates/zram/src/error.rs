@@ -130,6 +130,10 @@ pub enum Error {
     /// A malformed argument to `idle`, `writeback`, `recompress` or `recomp_algorithm`.
     #[error("invalid argument {0:?}")]
     InvalidArgument(String),
+    /// `writeback` page indexes past the device's end, or a range that ends before it
+    /// starts (`ERANGE`, as the kernel's since 6.16).
+    #[error("page indexes out of range: {0}")]
+    IndexOutOfRange(String),
 }
 
 impl Error {
@@ -145,7 +149,8 @@ impl Error {
     ///   is not a regular file or block device (or bad backing options); `EIO` for a short
     ///   read;
     /// - writeback with no backing device: `ENODEV`; with `writeback_limit` spent: `EIO`;
-    /// - writeback and recompression at once: `EAGAIN`;
+    /// - writeback and recompression at once: `EAGAIN`; writeback page indexes past the
+    ///   device or a range ending before its start: `ERANGE`;
     /// - what the device's allocator does not offer (`fold` on a non-zsmalloc device):
     ///   `EOPNOTSUPP`.
     pub fn errno(&self) -> i32 {
@@ -179,6 +184,7 @@ impl Error {
             Error::WritebackLimit => libc::EIO,
             Error::Busy => libc::EAGAIN,
             Error::InvalidArgument(_) => libc::EINVAL,
+            Error::IndexOutOfRange(_) => libc::ERANGE,
         }
     }
 }

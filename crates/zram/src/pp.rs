@@ -115,6 +115,7 @@ impl std::str::FromStr for WritebackRequest {
 
     fn from_str(s: &str) -> Result<Self> {
         let bad = || Error::InvalidArgument(s.trim().to_owned());
+        let range = || Error::IndexOutOfRange(s.trim().to_owned());
         let words: Vec<&str> = s.split_whitespace().collect();
         if let [word] = words[..]
             && !word.contains('=')
@@ -132,17 +133,17 @@ impl std::str::FromStr for WritebackRequest {
                     typed_alone = Some(mode);
                 }
                 "page_index" => {
-                    let n = number(v).ok_or_else(bad)?;
-                    scans.push((mode, n, Some(n.checked_add(1).ok_or_else(bad)?)));
+                    let n = page_index(v, kv)?;
+                    scans.push((mode, n, Some(n.checked_add(1).ok_or_else(range)?)));
                     typed_alone = None;
                 }
                 "page_indexes" => {
                     let (lo, hi) = v.split_once('-').ok_or_else(bad)?;
-                    let (lo, hi) = (number(lo).ok_or_else(bad)?, number(hi).ok_or_else(bad)?);
+                    let (lo, hi) = (page_index(lo, kv)?, page_index(hi, kv)?);
                     if lo > hi {
-                        return Err(bad());
+                        return Err(range());
                     }
-                    scans.push((mode, lo, Some(hi.checked_add(1).ok_or_else(bad)?)));
+                    scans.push((mode, lo, Some(hi.checked_add(1).ok_or_else(range)?)));
                     typed_alone = None;
                 }
                 _ => return Err(bad()),
@@ -216,6 +217,15 @@ fn number(v: &str) -> Option<u64> {
     v.parse::<u64>().ok()
 }
 
+/// A page index as the kernel's `kstrtoul` reads it: digits (a `+` before them allowed);
+/// too large for 64 bits is `ERANGE`, anything else not a number `EINVAL`.
+fn page_index(v: &str, word: &str) -> Result<u64> {
+    v.parse::<u64>().map_err(|e| match e.kind() {
+        std::num::IntErrorKind::PosOverflow => Error::IndexOutOfRange(word.to_owned()),
+        _ => Error::InvalidArgument(word.to_owned()),
+    })
+}
+
 /// The slots in `scans` that `admits` takes, largest stream first.
 pub(crate) fn select(store: &Store, scans: &[(Mode, u64, Option<u64>)]) -> Result<Vec<usize>> {
     let per_unit = (store.unit_size() / crate::PAGE_SIZE) as u64;
@@ -226,8 +236,8 @@ pub(crate) fn select(store: &Store, scans: &[(Mode, u64, Option<u64>)]) -> Resul
     for &(mode, lo, hi) in scans {
         let hi = hi.unwrap_or(pages);
         if lo >= pages || hi > pages {
-            return Err(Error::InvalidArgument(format!(
-                "page indexes {lo}..{hi} beyond the device's {pages} pages"
+            return Err(Error::IndexOutOfRange(format!(
+                "pages {lo}..{hi} beyond the device's {pages} pages"
             )));
         }
         let (first, end) = (
@@ -274,15 +284,23 @@ mod tests {
             "page_index=",
             "page_index=-1",
             "page_indexes=5",
-            "page_indexes=9-3",
+            "page_indexes=x-3",
             "type=all",
             "idle huge",
             "page_index=1 x=2",
-            "page_index=18446744073709551615",
-            "page_indexes=0-18446744073709551615",
         ] {
             let e = w(bad).unwrap_err();
             assert_eq!(e.errno(), libc::EINVAL, "{bad:?}");
+        }
+        // Ranges that cannot be on any device: ERANGE, as the kernel's since 6.16.
+        for far in [
+            "page_indexes=9-3",
+            "page_index=18446744073709551615",
+            "page_index=18446744073709551616",
+            "page_indexes=0-18446744073709551615",
+        ] {
+            let e = w(far).unwrap_err();
+            assert_eq!(e.errno(), libc::ERANGE, "{far:?}");
         }
     }
 
