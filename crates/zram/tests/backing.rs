@@ -474,19 +474,42 @@ fn a_truncated_file_reads_as_an_error_not_as_zeroes() {
             .open(&path)
             .and_then(|f| f.set_len(cut))
             .expect("truncate");
-        for (&offset, o) in offsets.iter().zip(&objects) {
-            let mut out = vec![0; o.len()];
-            let result = b.read(offset, &mut out);
-            if offset + o.len() as u64 <= cut {
-                result.expect("an object before the cut");
-                assert!(out == *o);
-            } else {
-                let e = result.expect_err("an object past the cut");
-                assert_eq!(e.kind(), ErrorKind::UnexpectedEof, "{e}");
+        // Those before the cut read back, those past it are an error.
+        let check = |when: &str| {
+            for (&offset, o) in offsets.iter().zip(&objects) {
+                let mut out = vec![0; o.len()];
+                let result = b.read(offset, &mut out);
+                if offset + o.len() as u64 <= cut {
+                    result.expect("an object before the cut");
+                    assert!(out == *o);
+                } else {
+                    let e = result.expect_err(when);
+                    assert_eq!(e.kind(), ErrorKind::UnexpectedEof, "{e}");
+                }
             }
-        }
+        };
+        check("an object past the cut");
         let past = offsets.iter().filter(|&&o| o + 2000 > cut).count() as u64;
         assert_eq!(b.stats().read_errors, past);
+        // The store's next appends grow the file back over the cut (a hole, zeroes): the
+        // objects that were past it still read as an error, never as those zeroes; the new
+        // ones read back.
+        let more: Vec<Vec<u8>> = (0..100).map(|_| random_bytes(&mut rng, 2000)).collect();
+        let new_offsets = append_all(&b, &more, &mut rng, 8);
+        let grown = std::fs::metadata(&path).unwrap().len();
+        assert!(grown > cut, "the file grew back to {grown}");
+        check("an object past the cut, after the file grew back");
+        for (&offset, o) in new_offsets.iter().zip(&more) {
+            assert!(read_back(&b, offset, o.len()) == *o, "at {offset}");
+        }
+        // Freeing the lost objects gives their segments back to later appends.
+        for (&offset, o) in offsets.iter().zip(&objects) {
+            b.free(offset, o.len());
+        }
+        let last: Vec<Vec<u8>> = (0..200).map(|_| random_bytes(&mut rng, 2000)).collect();
+        for (&offset, o) in append_all(&b, &last, &mut rng, 8).iter().zip(&last) {
+            assert!(read_back(&b, offset, o.len()) == *o, "object at {offset}");
+        }
     }
 }
 

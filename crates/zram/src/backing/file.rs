@@ -125,6 +125,9 @@ pub struct FileBacking {
     segments: Mutex<Segments>,
     cache: Mutex<Cache>,
     counters: Counters,
+    /// The end of the furthest bytes written (a regular file shorter than that was cut by
+    /// someone else).
+    written_end: AtomicU64,
 }
 
 impl FileBacking {
@@ -204,6 +207,7 @@ impl FileBacking {
             segments: Mutex::new(Segments::new(segment_size, capacity)),
             cache: Mutex::new(Cache::new(options.cache_windows)),
             counters: Counters::default(),
+            written_end: AtomicU64::new(0),
         })
     }
 
@@ -285,6 +289,24 @@ impl FileBacking {
         }
     }
 
+    /// Before an append: a regular file shorter than what was written to it was cut by
+    /// someone else. The objects past the cut are marked lost before this append can grow
+    /// the file back over them (as a hole, which would read as zeroes).
+    fn notice_a_cut(&self) -> io::Result<()> {
+        let written = self.written_end.load(Relaxed);
+        if self.kind != Kind::File || written == 0 {
+            return Ok(());
+        }
+        let len = self.file.metadata()?.len();
+        if len < written {
+            self.written_end.store(len, Relaxed);
+            let punch = self.segments.lock().cut(len);
+            self.cache.lock().invalidate(len, u64::MAX);
+            self.punch(punch);
+        }
+        Ok(())
+    }
+
     /// Punches the segments `segs` out of a regular file, and puts them on the free list.
     fn punch(&self, segs: Vec<usize>) {
         let size = self.options.segment_size as u64;
@@ -358,6 +380,9 @@ impl Backing for FileBacking {
         if objects.is_empty() {
             return Ok(Vec::new());
         }
+        if let Err(e) = self.notice_a_cut() {
+            return fail(e);
+        }
         let lens: Vec<usize> = objects.iter().map(|o| o.len()).collect();
         let Some(mut res) = self.segments.lock().reserve(&lens) else {
             return fail(os_error(libc::ENOSPC));
@@ -370,6 +395,7 @@ impl Backing for FileBacking {
         }
         for run in &res.runs {
             self.drop_pages(run.offset, run.len);
+            self.written_end.fetch_max(run.offset + run.len, Relaxed);
         }
         let mut cache = self.cache.lock();
         for run in &res.runs {
@@ -384,7 +410,16 @@ impl Backing for FileBacking {
         if out.is_empty() {
             return Ok(());
         }
-        let result = if self.readahead.load(Relaxed) && self.options.cache_windows > 0 {
+        let result = if self.segments.lock().lost(offset, out.len() as u64) {
+            Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!(
+                    "another program cut the backing file short inside the object of {} bytes \
+                     at {offset}",
+                    out.len()
+                ),
+            ))
+        } else if self.readahead.load(Relaxed) && self.options.cache_windows > 0 {
             self.read_cached(offset, out)
         } else {
             self.read_direct(offset, out)

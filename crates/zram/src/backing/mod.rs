@@ -49,7 +49,8 @@ pub trait Backing: Send + Sync + std::fmt::Debug {
     fn append(&self, objects: &[&[u8]]) -> std::io::Result<Vec<u64>>;
 
     /// Reads the object of `out.len()` bytes at `offset` (as [`append`](Self::append)
-    /// returned it). A short read (a truncated file) is an error, never wrong bytes.
+    /// returned it). A short read (a truncated file) is an error, never wrong bytes, also
+    /// after the store's own appends have grown a file someone else cut back over the cut.
     fn read(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()>;
 
     /// Frees the object of `len` bytes at `offset`; its space is reused later.

@@ -16,6 +16,11 @@
 //!   not yet reusable, so that the punch cannot destroy a new object;
 //! - `Free`: punched, on the free list (`free`), `used` and `live` 0.
 //!
+//! A segment whose bytes someone else cut off the file (truncated it below them) is marked
+//! `lost_from` that point: its objects past it read as an error from then on, even after the
+//! store's own next append has grown the file back over them (as a hole: zeroes). Such a
+//! segment is never appended to again; it is forgotten when it becomes free.
+//!
 //! # Invariants
 //!
 //! - objects are packed: each lies inside one segment, below its `used` end; `live` is the
@@ -45,6 +50,18 @@ struct Segment {
     used: u64,
     /// Bytes of the objects in the segment.
     live: u64,
+    /// The file offset from which this segment's bytes were cut off the file by someone
+    /// else, if they were.
+    lost_from: Option<u64>,
+}
+
+impl Segment {
+    const FREE: Self = Self {
+        state: State::Free,
+        used: 0,
+        live: 0,
+        lost_from: None,
+    };
 }
 
 /// The objects of one reservation that lie back to back: one write.
@@ -167,9 +184,8 @@ impl Segments {
         Some(res)
     }
 
-    /// Seals the open segment (to punch if nothing in it is live) and opens the lowest free
-    /// one, or a new one at the end. [`reserve`](Self::reserve) has checked there is one.
-    fn open_next(&mut self, punch: &mut Vec<usize>) {
+    /// Seals the open segment, if any (to punch if nothing in it is live).
+    fn seal_open(&mut self, punch: &mut Vec<usize>) {
         if let Some(i) = self.open.take() {
             self.sealed += 1;
             if self.segs[i].live == 0 {
@@ -179,24 +195,53 @@ impl Segments {
                 self.segs[i].state = State::Sealed;
             }
         }
+    }
+
+    /// Seals the open segment and opens the lowest free one, or a new one at the end.
+    /// [`reserve`](Self::reserve) has checked there is one.
+    fn open_next(&mut self, punch: &mut Vec<usize>) {
+        self.seal_open(punch);
         let i = match self.free.pop_first() {
             Some(i) => i,
             None => {
-                self.segs.push(Segment {
-                    state: State::Free,
-                    used: 0,
-                    live: 0,
-                });
+                self.segs.push(Segment::FREE);
                 self.segs.len() - 1
             }
         };
         debug_assert!(self.capacity.is_none_or(|c| i < c));
         self.segs[i] = Segment {
             state: State::Open,
-            used: 0,
-            live: 0,
+            ..Segment::FREE
         };
         self.open = Some(i);
+    }
+
+    /// The file was found `len` bytes long, shorter than what the store wrote: marks the
+    /// segments with bytes past `len` as cut there, and seals the open one if it is among
+    /// them (an object appended after the cut must not be taken for a lost one). Returns
+    /// the segments to punch (a sealed one with nothing live).
+    pub(super) fn cut(&mut self, len: u64) -> Vec<usize> {
+        let mut punch = Vec::new();
+        for (i, seg) in self.segs.iter_mut().enumerate() {
+            let start = i as u64 * self.size;
+            if matches!(seg.state, State::Open | State::Sealed) && start + seg.used > len {
+                let from = len.max(start);
+                seg.lost_from = Some(seg.lost_from.map_or(from, |l| l.min(from)));
+            }
+        }
+        if self.open.is_some_and(|i| self.segs[i].lost_from.is_some()) {
+            self.seal_open(&mut punch);
+        }
+        punch
+    }
+
+    /// Whether some of the `len` bytes at `offset` were cut off the file by someone else.
+    pub(super) fn lost(&self, offset: u64, len: u64) -> bool {
+        let i = usize::try_from(offset / self.size).unwrap_or(usize::MAX);
+        self.segs
+            .get(i)
+            .and_then(|seg| seg.lost_from)
+            .is_some_and(|from| offset + len > from)
     }
 
     /// Frees the object of `len` bytes at `offset`. Returns its segment when that is now
@@ -237,11 +282,7 @@ impl Segments {
     /// Puts a segment whose hole is punched on the free list.
     pub(super) fn punched(&mut self, i: usize) {
         debug_assert_eq!(self.segs[i].state, State::Punching);
-        self.segs[i] = Segment {
-            state: State::Free,
-            used: 0,
-            live: 0,
-        };
+        self.segs[i] = Segment::FREE;
         self.sealed -= 1;
         self.free.insert(i);
     }
@@ -279,6 +320,26 @@ mod tests {
         assert_eq!(s.file_bytes(), SEG + 400);
         assert_eq!(s.used_span(1300), Some((1000, 1400)));
         assert_eq!(s.used_span(200), Some((0, 800)));
+    }
+
+    #[test]
+    fn a_cut_loses_only_what_lies_past_it_and_seals_the_open_segment() {
+        let mut s = Segments::new(SEG, None);
+        // Segments 0 and 1 full, 2 open with 500 bytes.
+        s.reserve(&[1000, 1000, 500]).unwrap();
+        assert!(s.cut(1400).is_empty());
+        assert!(!s.lost(0, 1000));
+        assert!(!s.lost(1000, 400), "the bytes before the cut are there");
+        assert!(s.lost(1000, 401) && s.lost(1500, 10) && s.lost(2000, 500));
+        // The open segment was sealed: the next object goes to a new one, and is not lost.
+        let res = s.reserve(&[100]).unwrap();
+        assert_eq!(res.offsets, [3000]);
+        assert!(!s.lost(3000, 100));
+        // A lost segment freed whole is forgotten.
+        assert_eq!(s.release(2000, 500), Some(2));
+        s.punched(2);
+        assert_eq!(s.reserve(&[950]).unwrap().offsets, [2000]);
+        assert!(!s.lost(2000, 950));
     }
 
     #[test]
