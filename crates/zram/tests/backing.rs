@@ -367,6 +367,12 @@ fn a_full_filesystem_refuses_whole_appends_and_keeps_the_rest() {
     let batch: Vec<Vec<u8>> = (0..16).map(|_| random_bytes(&mut rng, 3000)).collect();
     let refs: Vec<&[u8]> = batch.iter().map(|o| &o[..]).collect();
     let offsets = b.append(&refs).expect("append after freeing");
+    // The store left the segment its write failed in (where a block device's bad region
+    // would fail it again) for the lowest free one.
+    assert!(
+        offsets.iter().all(|&o| o < 2 * SEG as u64),
+        "appended at {offsets:?}"
+    );
     for (offset, o) in offsets
         .iter()
         .zip(&batch)

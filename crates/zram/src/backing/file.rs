@@ -389,7 +389,12 @@ impl Backing for FileBacking {
         };
         self.punch(std::mem::take(&mut res.punch));
         if let Err(e) = self.write(objects, &res) {
-            let punch = self.segments.lock().unreserve(&res, &lens);
+            let punch = {
+                let mut segments = self.segments.lock();
+                let mut punch = segments.unreserve(&res, &lens);
+                punch.extend(segments.abandon_open());
+                punch
+            };
             self.punch(punch);
             return fail(e);
         }

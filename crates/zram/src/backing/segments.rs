@@ -197,6 +197,15 @@ impl Segments {
         }
     }
 
+    /// After a failed write: seals the open segment, so that the next append starts in the
+    /// lowest free one rather than where the write may fail again (a bad or unprovisioned
+    /// region of a block device). Returns the segment to punch if nothing in it is live.
+    pub(super) fn abandon_open(&mut self) -> Vec<usize> {
+        let mut punch = Vec::new();
+        self.seal_open(&mut punch);
+        punch
+    }
+
     /// Seals the open segment and opens the lowest free one, or a new one at the end.
     /// [`reserve`](Self::reserve) has checked there is one.
     fn open_next(&mut self, punch: &mut Vec<usize>) {
