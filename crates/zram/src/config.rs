@@ -70,16 +70,15 @@ impl std::str::FromStr for RecompAlgorithm {
 }
 
 impl RecompAlgorithm {
-    /// Refuses a priority outside 1..=3.
+    /// Refuses a priority outside 1..=3, and parameters its algorithm cannot take.
     pub fn check(&self) -> Result<()> {
-        if (1..=MAX_PRIORITY).contains(&self.priority) {
-            Ok(())
-        } else {
-            Err(Error::InvalidArgument(format!(
+        if !(1..=MAX_PRIORITY).contains(&self.priority) {
+            return Err(Error::InvalidArgument(format!(
                 "priority {} (secondary algorithms take 1..={MAX_PRIORITY})",
                 self.priority
-            )))
+            )));
         }
+        self.params.check(self.algorithm)
     }
 }
 

@@ -238,9 +238,9 @@ fn reset_in_the_tree_brings_back_the_default_algorithm() {
     let server = serve_tree(tmp.path(), &mnt, config);
     let dev = mnt.join("zram0");
     let read = |name: &str| std::fs::read_to_string(dev.join(name)).unwrap();
-    assert_eq!(read("comp_algorithm"), "lzo-rle lzo lz4 [zstd] \n");
+    assert_eq!(read("comp_algorithm"), "lzo-rle lzo lz4 lz4hc [zstd] \n");
     std::fs::write(dev.join("reset"), "1").unwrap();
-    assert_eq!(read("comp_algorithm"), "lzo-rle lzo [lz4] zstd \n");
+    assert_eq!(read("comp_algorithm"), "lzo-rle lzo [lz4] lz4hc zstd \n");
     assert_eq!(read("initstate"), "0\n");
     server.stop();
 }
@@ -291,7 +291,7 @@ fn every_user_reads_attributes_and_only_the_owner_writes() {
     }
     assert_eq!(
         std::fs::read_to_string(mnt.join("zram0/comp_algorithm")).unwrap(),
-        "lzo-rle lzo [lz4] zstd \n"
+        "lzo-rle lzo [lz4] lz4hc zstd \n"
     );
     assert_eq!(server.registry.exports().iter().count(), 1);
     server.stop();

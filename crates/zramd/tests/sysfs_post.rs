@@ -198,14 +198,14 @@ fn recomp_algorithm_and_its_params_are_settings() {
     write(&d, "recomp_algorithm", b"algo=zstd\n").unwrap();
     assert_eq!(
         read(&d, "recomp_algorithm").unwrap(),
-        "#1: lzo-rle lzo lz4 [zstd] \n"
+        "#1: lzo-rle lzo lz4 lz4hc [zstd] \n"
     );
     write(&d, "recomp_algorithm", b"algo=lzo priority=3").unwrap();
     write(&d, "recomp_algorithm", b"algo=lz4 priority=2").unwrap();
     write(&d, "recomp_algorithm", b"algo=lzo-rle priority=2").unwrap();
     assert_eq!(
         read(&d, "recomp_algorithm").unwrap(),
-        "#1: lzo-rle lzo lz4 [zstd] \n#2: [lzo-rle] lzo lz4 zstd \n#3: lzo-rle [lzo] lz4 zstd \n"
+        "#1: lzo-rle lzo lz4 lz4hc [zstd] \n#2: [lzo-rle] lzo lz4 lz4hc zstd \n#3: lzo-rle [lzo] lz4 lz4hc zstd \n"
     );
     // algorithm_params of a secondary algorithm: by priority, or by name.
     write(&d, "algorithm_params", b"priority=1 level=9").unwrap();
@@ -262,7 +262,7 @@ fn recomp_algorithm_and_its_params_are_settings() {
     );
     assert_eq!(
         read(&d, "recomp_algorithm").unwrap(),
-        "#2: lzo-rle lzo lz4 [zstd] \n"
+        "#2: lzo-rle lzo lz4 lz4hc [zstd] \n"
     );
 }
 
