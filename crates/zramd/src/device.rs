@@ -77,6 +77,10 @@ pub struct Device {
     /// `disksize` is taken at initialization.
     settings: Mutex<ZramConfig>,
     zram: RwLock<Option<Arc<Zram>>>,
+    /// Held while the data is built and while settings change: `init` builds without
+    /// `zram`'s lock, which opening the backing file may need (a path in this server's own
+    /// FUSE tree is answered by a lookup and an open that read it).
+    init_lock: Mutex<()>,
     openers: Arc<AtomicUsize>,
     /// Removed from its server: never opened or initialized again.
     retired: AtomicBool,
@@ -137,6 +141,7 @@ impl Device {
             name: name.into(),
             settings: Mutex::new(settings),
             zram: RwLock::new(None),
+            init_lock: Mutex::new(()),
             openers: Arc::new(AtomicUsize::new(0)),
             retired: AtomicBool::new(false),
         }
@@ -215,6 +220,7 @@ impl Device {
         &self,
         f: impl FnOnce(&mut ZramConfig) -> Result<(), DeviceError>,
     ) -> Result<(), DeviceError> {
+        let _init = self.init_lock.lock();
         let zram = self.zram.write();
         if zram.is_some() {
             return Err(DeviceError::Busy);
@@ -294,14 +300,17 @@ impl Device {
         if disksize == 0 {
             return Err(DeviceError::invalid("disksize", "0"));
         }
-        let mut zram = self.zram.write();
+        let _init = self.init_lock.lock();
         if self.retired.load(Ordering::Acquire) {
             return Err(DeviceError::Removed);
         }
-        if zram.is_some() {
+        if self.initialized() {
             return Err(DeviceError::Busy);
         }
         let settings = self.settings.lock().clone();
+        // Built without `zram`'s lock (see `init_lock`): a backing file in this server's
+        // own tree is then this device's `disk`, which is not open yet (ENXIO), instead of
+        // a request that waits for the lock this thread holds, forever.
         let dev = Zram::new(ZramConfig {
             disksize,
             mem_limit: zram::Size(crate::cgroup::capped_mem_limit(settings.mem_limit.0)),
@@ -309,6 +318,10 @@ impl Device {
         })?;
         if let Some(group) = crate::cgroup::shared_limit() {
             dev.share_limit(&group)?;
+        }
+        let mut zram = self.zram.write();
+        if self.retired.load(Ordering::Acquire) {
+            return Err(DeviceError::Removed);
         }
         *zram = Some(Arc::new(dev));
         Ok(())
@@ -318,6 +331,7 @@ impl Device {
     /// open), with its settings back at their defaults ([`reset_settings`]), as the
     /// kernel's algorithm, parameters, memory limit and backing device go back to theirs.
     pub fn reset(&self) -> Result<(), DeviceError> {
+        let _init = self.init_lock.lock();
         let mut zram = self.zram.write();
         if self.openers() > 0 {
             return Err(DeviceError::Busy);

@@ -186,3 +186,42 @@ fn backing_dev_on_a_missing_path_fails_disksize_with_enoent() {
     z.read(0, &mut back).unwrap();
     assert_eq!(back, prose(1));
 }
+
+/// A device whose backing file is its own `disk` in the tree fails `disksize` (the disk is
+/// not open before the device is made: `ENXIO`) and the tree goes on answering. Before, the
+/// open of the backing file waited on a lookup in the tree that waited on the device's lock,
+/// which the open's own thread held: `disksize` never answered, every later lookup in the
+/// device's folder hung unkillably, and the server could not stop.
+#[test]
+fn its_own_disk_as_backing_file_is_refused_not_a_deadlock() {
+    let Some((tmp, mnt, _detach)) =
+        fuse_dirs("its_own_disk_as_backing_file_is_refused_not_a_deadlock")
+    else {
+        return;
+    };
+    let server = serve_tree(tmp.path(), &mnt, ZramConfig::default());
+    let dev = mnt.join("zram0");
+    std::fs::write(dev.join("reset"), "1").unwrap();
+    let disk = dev.join("disk");
+    std::fs::write(dev.join("backing_dev"), disk.to_str().unwrap()).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let disksize = dev.join("disksize");
+    std::thread::spawn(move || {
+        let _ = tx.send(std::fs::write(disksize, "16M"));
+    });
+    let answer = rx
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("disksize answered within 30 s");
+    assert_eq!(errno_of(answer), Some(libc::ENXIO));
+    assert_eq!(
+        std::fs::read_to_string(dev.join("initstate")).unwrap(),
+        "0\n"
+    );
+    // The tree still answers, and the device can be made with a real backing file.
+    let backing = tmp.path().join("backing");
+    std::fs::write(&backing, b"").unwrap();
+    std::fs::write(dev.join("backing_dev"), backing.to_str().unwrap()).unwrap();
+    std::fs::write(dev.join("disksize"), "16M").unwrap();
+    assert_eq!(std::fs::read_to_string(dev.join("initstate")).unwrap(), "1\n");
+    server.stop();
+}
