@@ -188,7 +188,10 @@ fn serve_options_reach_the_tree() {
     );
     let dev = mnt.join("zram0");
     let read = |name: &str| std::fs::read_to_string(dev.join(name)).unwrap();
-    assert_eq!(read("recomp_algorithm"), "#2: lzo-rle lzo lz4 lz4hc [zstd] \n");
+    assert_eq!(
+        read("recomp_algorithm"),
+        "#2: lzo-rle lzo lz4 lz4hc [zstd] \n"
+    );
     assert_eq!(read("writeback_batch_size"), "7\n");
     assert_eq!(read("backing_dev"), "none\n");
     let r = served.cli(&[

@@ -106,7 +106,10 @@ fn attribute_files_behave_as_sysfs() {
     }
     assert_eq!(read("disksize").unwrap(), format!("{}\n", 16 << 20));
     assert_eq!(read("initstate").unwrap(), "1\n");
-    assert_eq!(read("comp_algorithm").unwrap(), "lzo-rle lzo [lz4] lz4hc zstd \n");
+    assert_eq!(
+        read("comp_algorithm").unwrap(),
+        "lzo-rle lzo [lz4] lz4hc zstd \n"
+    );
     assert_eq!(std::fs::metadata(dev.join("disk")).unwrap().len(), 16 << 20);
 
     // Errnos as the kernel's.
@@ -192,7 +195,10 @@ fn attribute_files_behave_as_sysfs() {
     assert_eq!(errno_of(write("unit_size", "256K")), Some(libc::EINVAL));
     write("unit_size", "32K\n").unwrap();
     write("disksize", "8M\n").unwrap();
-    assert_eq!(read("comp_algorithm").unwrap(), "lzo-rle lzo lz4 lz4hc [zstd] \n");
+    assert_eq!(
+        read("comp_algorithm").unwrap(),
+        "lzo-rle lzo lz4 lz4hc [zstd] \n"
+    );
     assert_eq!(read("unit_size").unwrap(), "32768\n");
     std::fs::OpenOptions::new()
         .write(true)

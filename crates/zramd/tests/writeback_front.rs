@@ -222,6 +222,9 @@ fn its_own_disk_as_backing_file_is_refused_not_a_deadlock() {
     std::fs::write(&backing, b"").unwrap();
     std::fs::write(dev.join("backing_dev"), backing.to_str().unwrap()).unwrap();
     std::fs::write(dev.join("disksize"), "16M").unwrap();
-    assert_eq!(std::fs::read_to_string(dev.join("initstate")).unwrap(), "1\n");
+    assert_eq!(
+        std::fs::read_to_string(dev.join("initstate")).unwrap(),
+        "1\n"
+    );
     server.stop();
 }
