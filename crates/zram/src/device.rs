@@ -518,9 +518,26 @@ impl Zram {
     /// last access (seconds since the device started) and flags `s` (same-filled), `w`
     /// (written back), `h` (huge), `i` (idle), `r` (recompressed), `n` (incompressible).
     pub fn format_block_state(&self) -> String {
-        use std::fmt::Write;
         let mut out = String::new();
-        for index in 0..self.store.slots() {
+        self.format_block_state_from(0, usize::MAX, &mut out);
+        out
+    }
+
+    /// Part of [`format_block_state`](Self::format_block_state)'s text: the lines of the
+    /// slots from `first` on, appended to `out` until it holds `max_bytes` or more (whole
+    /// lines) or the slots end; returns the slot to go on from (the slot count at the end).
+    /// So a reader of a long text holds one piece at a time.
+    pub fn format_block_state_from(
+        &self,
+        first: usize,
+        max_bytes: usize,
+        out: &mut String,
+    ) -> usize {
+        use std::fmt::Write;
+        for index in first..self.store.slots() {
+            if out.len() >= max_bytes {
+                return index;
+            }
             let e = self.store.entry(index);
             if !e.is_allocated() {
                 continue;
@@ -539,6 +556,6 @@ impl Zram {
                 flag(Flags::INCOMPRESSIBLE, 'n'),
             );
         }
-        out
+        self.store.slots()
     }
 }
