@@ -40,6 +40,15 @@ pub enum DeviceError {
         /// What was written.
         value: String,
     },
+    /// A value longer than the attribute takes (an algorithm name of 128 bytes or more:
+    /// the kernel's `E2BIG`).
+    #[error("{attr}: a value of {len} bytes is too long")]
+    TooLong {
+        /// The attribute.
+        attr: &'static str,
+        /// The value's length.
+        len: usize,
+    },
     /// The device was removed (`hot_remove`, `zramd remove`).
     #[error("device was removed")]
     Removed,
@@ -63,6 +72,7 @@ impl DeviceError {
             DeviceError::Busy => libc::EBUSY,
             DeviceError::NotInitialized | DeviceError::Invalid { .. } => libc::EINVAL,
             DeviceError::Range { .. } => libc::ERANGE,
+            DeviceError::TooLong { .. } => libc::E2BIG,
             DeviceError::Removed => libc::ENODEV,
             DeviceError::Zram(e) => e.errno(),
         }

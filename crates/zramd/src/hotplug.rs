@@ -30,6 +30,8 @@ pub fn remove(exports: &ExportSet, name: &str) -> Result<(), RemoveError> {
 /// `kstrtoint(buf, 10, ...)` (an optional sign, decimal digits, one newline at most),
 /// refuses a negative one (`EINVAL`), and removes `zramN`. `Err` carries the kernel's errno.
 pub fn remove_store(exports: &ExportSet, text: &[u8]) -> Result<(), i32> {
+    // What the kernel's store sees: a C string, up to the first NUL (as `sysfs::write`).
+    let text = text.split(|&b| b == 0).next().unwrap_or_default();
     let n = device_number(text)?;
     remove(exports, &format!("zram{n}")).map_err(|e| e.errno())
 }
@@ -75,6 +77,17 @@ mod tests {
         ] {
             assert_eq!(device_number(text.as_bytes()), want, "{text:?}");
         }
+    }
+
+    /// The store sees a C string, as every attribute's: a NUL ends what is read.
+    #[test]
+    fn remove_reads_up_to_a_nul() {
+        let set = ExportSet::new(Vec::new());
+        add(&set);
+        add(&set);
+        remove_store(&set, b"1\0junk").unwrap();
+        assert_eq!(remove_store(&set, b"1\0"), Err(libc::ENODEV));
+        assert_eq!(remove_store(&set, b"\x001"), Err(libc::EINVAL));
     }
 
     #[test]

@@ -170,6 +170,19 @@ fn invalid(attr: &'static str, value: &[u8]) -> DeviceError {
 }
 
 /// The algorithm of exactly this name (the kernel compares names byte for byte).
+/// An algorithm name as `comp_algorithm` and `recomp_algorithm algo=` store it: 128 bytes
+/// or more (the kernel's `CRYPTO_MAX_ALG_NAME`, counted before its one newline is dropped)
+/// is `E2BIG`, then an unknown name `EINVAL`.
+fn stored_algorithm(attr: &'static str, raw: &[u8]) -> Result<Algorithm, DeviceError> {
+    if raw.len() >= 128 {
+        return Err(DeviceError::TooLong {
+            attr,
+            len: raw.len(),
+        });
+    }
+    algorithm(raw.strip_suffix(b"\n").unwrap_or(raw))
+}
+
 fn algorithm(name: &[u8]) -> Result<Algorithm, DeviceError> {
     Algorithm::ALL
         .into_iter()
@@ -209,7 +222,7 @@ fn store(dev: &Device, name: &str, value: &[u8]) -> Result<(), DeviceError> {
             // The kernel drops one trailing newline and looks the rest up.
             // Another algorithm starts from its own defaults: a level or dictionary given
             // for the old one would mean something else, or nothing, to it.
-            let alg = algorithm(value.strip_suffix(b"\n").unwrap_or(value))?;
+            let alg = stored_algorithm("comp_algorithm", value)?;
             dev.update_settings(|s| {
                 if s.algorithm != alg {
                     s.params = Default::default();
@@ -323,6 +336,18 @@ mod tests {
             "compact needs an initialized device"
         );
         assert_eq!(write(&d, "comp_algorithm", b"deflate\n"), Err(libc::EINVAL));
+        let long = [b'z'; 127];
+        assert_eq!(write(&d, "comp_algorithm", &long), Err(libc::EINVAL));
+        assert_eq!(write(&d, "comp_algorithm", &[b'z'; 128]), Err(libc::E2BIG));
+        assert_eq!(
+            write(&d, "comp_algorithm", &[&long[..], b"\n"].concat()),
+            Err(libc::E2BIG)
+        );
+        let algo = format!("algo={} priority=1", "z".repeat(200));
+        assert_eq!(
+            write(&d, "recomp_algorithm", algo.as_bytes()),
+            Err(libc::E2BIG)
+        );
         write(&d, "comp_algorithm", b"zstd\n").unwrap();
         write(&d, "algorithm_params", b"algo=zstd level=5\n").unwrap();
         assert_eq!(

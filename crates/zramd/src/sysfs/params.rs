@@ -7,7 +7,7 @@
 use zram::config::MAX_PRIORITY;
 use zram::{Algorithm, AlgorithmParams, RecompAlgorithm, ZramConfig};
 
-use super::{algorithm, algorithm_list, invalid, read_dictionary};
+use super::{algorithm, algorithm_list, invalid, read_dictionary, stored_algorithm};
 use crate::device::{Device, DeviceError};
 
 /// `recomp_algorithm` as the kernel shows it: a line per priority set, `#N: ` then the
@@ -34,7 +34,7 @@ pub(super) fn store_recomp_algorithm(dev: &Device, value: &[u8]) -> Result<(), D
             .filter(|(_, v)| !v.is_empty())
             .ok_or_else(bad)?;
         match k {
-            "algo" => algo = Some(algorithm(v.as_bytes())?),
+            "algo" => algo = Some(stored_algorithm("recomp_algorithm", v.as_bytes())?),
             "priority" => priority = v.parse::<u8>().map_err(|_| bad())?,
             "level" => level = Some(v.parse::<i32>().map_err(|_| bad())?),
             _ => return Err(bad()),
