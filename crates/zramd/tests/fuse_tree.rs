@@ -175,6 +175,30 @@ fn attribute_files_behave_as_sysfs() {
             .arg(&disk),
         LIMIT,
     );
+    // Ranges past the end are cut there when the size is kept (punch-hole always keeps
+    // it), and refused when zero-range would grow the disk.
+    let size = 16u64 << 20;
+    let last = size - 4096;
+    let disk_file = std::fs::OpenOptions::new().write(true).open(&disk).unwrap();
+    let fallocate = |args: &[&str]| run(Command::new("fallocate").args(args).arg(&disk), LIMIT);
+    let last_at = last.to_string();
+    for mode in [&["-p"][..], &["-z", "-n"]] {
+        disk_file.write_all_at(&[7u8; 4096], last).unwrap();
+        let r = fallocate(&[mode, &["-o", &last_at, "-l", "8192"]].concat());
+        assert!(r.ok, "{mode:?}: {r:?}");
+        let mut tail = vec![1u8; 4096];
+        std::fs::File::open(&disk)
+            .unwrap()
+            .read_exact_at(&mut tail, last)
+            .unwrap();
+        assert!(
+            tail.iter().all(|&b| b == 0),
+            "{mode:?}: the last page is zeroes"
+        );
+    }
+    let r = fallocate(&["-z", "-o", &last_at, "-l", "8192"]);
+    assert!(!r.ok && r.stderr.contains("File too large"), "{r:?}");
+    drop(disk_file);
     // Resizing the disk is refused.
     let r = run(
         Command::new("truncate").args(["-s", "1M"]).arg(&disk),

@@ -66,7 +66,9 @@ pub fn write(e: &Export, dev: &Zram, offset: u64, data: &[u8]) -> Result<u32, i3
 
 /// `fallocate`: punch-hole frees the whole pages of the range and zeroes its partial edges,
 /// zero-range is write-zeroes, plain allocation inside the disk succeeds (every byte is
-/// always there); other modes are `EOPNOTSUPP`.
+/// always there); other modes are `EOPNOTSUPP`. With `FALLOC_FL_KEEP_SIZE` (always there
+/// with punch-hole) a range past the end is cut at the end, as a block device's and a
+/// regular file's are; without it, one that would grow the disk is `EFBIG`.
 pub fn fallocate(e: &Export, dev: &Zram, offset: u64, length: u64, mode: i32) -> Result<(), i32> {
     if e.read_only {
         return Err(libc::EROFS);
@@ -84,6 +86,15 @@ pub fn fallocate(e: &Export, dev: &Zram, offset: u64, length: u64, mode: i32) ->
     } else {
         return Err(libc::EOPNOTSUPP);
     };
+    let size = dev.disksize();
+    let length = match offset.checked_add(length) {
+        Some(end) if end <= size => length,
+        _ if keep => size.saturating_sub(offset),
+        _ => return Err(libc::EFBIG),
+    };
+    if length == 0 {
+        return Ok(());
+    }
     let start = Instant::now();
     let r = dev.write_zeroes(offset, length);
     e.stats.record(op, length, start.elapsed(), r.is_ok());
