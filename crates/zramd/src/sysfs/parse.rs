@@ -35,13 +35,19 @@ pub fn memparse(text: &[u8]) -> (u64, usize) {
 
 /// The kernel's `simple_strtoull(s, &end, 0)`: the value and the bytes read.
 fn simple_strtoull(text: &[u8]) -> (u64, usize) {
-    let (base, prefix) = match text {
+    let (base, prefix) = radix(text);
+    let (value, digits, _) = parse_digits(&text[prefix..], base);
+    (value, prefix + digits)
+}
+
+/// The kernel's `_parse_integer_fixup_radix` for base 0: `0x` and a hex digit is
+/// hexadecimal (the prefix's 2 bytes skipped), a leading `0` octal, else decimal.
+fn radix(text: &[u8]) -> (u64, usize) {
+    match text {
         [b'0', x, d, ..] if x.eq_ignore_ascii_case(&b'x') && d.is_ascii_hexdigit() => (16, 2),
         [b'0', ..] => (8, 0),
         _ => (10, 0),
-    };
-    let (value, digits, _) = parse_digits(&text[prefix..], base);
-    (value, prefix + digits)
+    }
 }
 
 /// The kernel's `_parse_integer`: digits of `base` from the start of `text`, the value
@@ -71,7 +77,28 @@ fn parse_digits(text: &[u8], base: u64) -> (u64, usize, bool) {
 pub fn kstrtoull(text: &[u8], max: u64) -> Result<u64, i32> {
     let text = text.strip_prefix(b"+").unwrap_or(text);
     let (value, digits, overflow) = parse_digits(text, 10);
-    match &text[digits..] {
+    integer_end(&text[digits..], value, digits, overflow, max)
+}
+
+/// The kernel's `kstrtoull(s, 0, &v)`: as [`kstrtoull`] (no limit), the base read from
+/// the start: `0x` and a hex digit hexadecimal, a leading `0` octal, else decimal.
+pub fn kstrtoull_any_base(text: &[u8]) -> Result<u64, i32> {
+    let text = text.strip_prefix(b"+").unwrap_or(text);
+    let (base, prefix) = radix(text);
+    let text = &text[prefix..];
+    let (value, digits, overflow) = parse_digits(text, base);
+    integer_end(&text[digits..], value, digits, overflow, u64::MAX)
+}
+
+/// What `kstrto*` makes of the rest after the digits.
+fn integer_end(
+    rest: &[u8],
+    value: u64,
+    digits: usize,
+    overflow: bool,
+    max: u64,
+) -> Result<u64, i32> {
+    match rest {
         _ if overflow => Err(libc::ERANGE),
         _ if digits == 0 => Err(libc::EINVAL),
         b"" | b"\n" if value <= max => Ok(value),
@@ -83,6 +110,27 @@ pub fn kstrtoull(text: &[u8], max: u64) -> Result<u64, i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kstrtoull_with_base_0_reads_as_the_kernels() {
+        for (text, want) in [
+            ("16", Ok(16)),
+            ("0x10", Ok(16)),
+            ("0X1f\n", Ok(31)),
+            ("010", Ok(8)),
+            ("+5", Ok(5)),
+            ("0", Ok(0)),
+            ("08", Err(libc::EINVAL)),
+            ("0x", Err(libc::EINVAL)),
+            (" 5", Err(libc::EINVAL)),
+            ("5 ", Err(libc::EINVAL)),
+            ("5\n\n", Err(libc::EINVAL)),
+            ("", Err(libc::EINVAL)),
+            ("0x10000000000000000", Err(libc::ERANGE)),
+        ] {
+            assert_eq!(kstrtoull_any_base(text.as_bytes()), want, "{text:?}");
+        }
+    }
 
     /// The kernel's answers: each text was written to a kernel 6.18 device's `mem_limit`
     /// and read back from its `mm_stat` (see also the attribute tests in `sysfs`).

@@ -88,7 +88,16 @@ pub(super) fn store(dev: &Device, name: &str, value: &[u8]) -> Result<(), Device
     match name {
         "backing_dev" => store_backing_dev(dev, value),
         "idle" => {
-            let req: IdleRequest = text("idle", value)?.parse()?;
+            // The kernel's: `all` (with one newline at most), else an age as
+            // `kstrtoull(buf, 0, ...)` reads it (`0x10` is 16 s, `010` 8 s); anything else,
+            // blanks around it included, is EINVAL.
+            let req = match value {
+                b"all" | b"all\n" => IdleRequest::All,
+                _ => match super::kstrtoull_any_base(value) {
+                    Ok(age) => IdleRequest::Age(u32::try_from(age).unwrap_or(u32::MAX)),
+                    Err(_) => return Err(super::invalid("idle", value)),
+                },
+            };
             dev.initialized_zram()?.mark_idle(req);
             Ok(())
         }
