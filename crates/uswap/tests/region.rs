@@ -324,7 +324,18 @@ fn a_page_the_program_made_unreadable_stays_resident(mode: FaultMode) {
     // SAFETY: a page of the region no Rust reference borrows; the region must cope with a
     // program that protects its own memory.
     assert_eq!(unsafe { libc::mprotect(third, PAGE, libc::PROT_NONE) }, 0);
-    assert_eq!(region.evict_oldest(8).unwrap(), 7);
+    // One round in about forty also found another page unreadable for a moment (the
+    // kernel's copy of it failed, then worked; seen with the code of before this test was
+    // last changed too): that page stays resident and goes in a later round. A few rounds,
+    // then, and never the unreadable one.
+    let mut evicted = 0;
+    for _ in 0..5 {
+        evicted += region.evict_oldest(8).unwrap();
+        if evicted >= 7 {
+            break;
+        }
+    }
+    assert_eq!(evicted, 7);
     let s = region.stats();
     assert_eq!((s.resident_pages, s.evicted_pages), (1, 7));
     assert!(s.evict_cancelled >= 1);
