@@ -205,6 +205,17 @@ fn attribute_files_behave_as_sysfs() {
         LIMIT,
     );
     assert!(!r.ok, "{r:?}");
+    // Opening it with O_TRUNC (`cp`, `>`) truncates nothing, as on a block device.
+    let image = tmp.path().join("image");
+    std::fs::write(&image, &text[..8192]).unwrap();
+    run_ok(Command::new("cp").arg(&image).arg(&disk), LIMIT);
+    let mut head = vec![0u8; 8192];
+    std::fs::File::open(&disk)
+        .unwrap()
+        .read_exact(&mut head)
+        .unwrap();
+    assert!(head[..] == text[..8192]);
+    assert_eq!(std::fs::metadata(&disk).unwrap().len(), 16 << 20);
 
     // Reset, then re-initialize with another algorithm, as with sysfs.
     write("reset", "1\n").unwrap();

@@ -106,8 +106,16 @@ pub fn fallocate(e: &Export, dev: &Zram, offset: u64, length: u64, mode: i32) ->
 /// the session's threads instead of waiting for each in turn (fs_mark on ext4 over it: about
 /// 1.6 times the files/s, docs/benchmarks.md). Without it, or without the loop device's
 /// direct I/O, every request of the loop device waits for the one before.
+///
+/// Also asks for `O_TRUNC` to come with the open (`FUSE_ATOMIC_O_TRUNC`) rather than as a
+/// truncation to 0 before it: `disk` then ignores it, as a block device does, so `cp image
+/// DIR/zram0/disk` and `cat image > DIR/zram0/disk` work as on `/dev/zram0`. (Without it, the
+/// truncation is refused with `EPERM`: a disk cannot change size.)
 pub fn kernel_config(config: &mut fuser::KernelConfig) {
     if let Err(missing) = config.add_capabilities(fuser::InitFlags::FUSE_ASYNC_DIO) {
         tracing::info!("the kernel's FUSE lacks {missing:?}: direct I/O on `disk` is synchronous");
+    }
+    if let Err(missing) = config.add_capabilities(fuser::InitFlags::FUSE_ATOMIC_O_TRUNC) {
+        tracing::info!("the kernel's FUSE lacks {missing:?}: opening `disk` with O_TRUNC is EPERM");
     }
 }
