@@ -317,6 +317,46 @@ fn appended_and_read_data_leaves_the_page_cache() {
     );
 }
 
+/// A segment kept by a few live objects holds only their pages on disk: once the others
+/// are freed, the pages no live object lies on are punched out at once. Before, the file
+/// kept every sealed segment's whole extent until its last object went (an adversarial run
+/// saw 60 MiB on disk for 480 KiB live).
+#[test]
+fn freed_pages_of_kept_segments_leave_the_disk() {
+    let dir = tempdir();
+    let path = empty_file(dir.path(), "backing");
+    let b = FileBacking::open(&path, small_segments(false)).expect("open");
+    let mut rng = SmallRng::seed_from_u64(11);
+    // 16 segments of 3000-byte objects.
+    let objects: Vec<Vec<u8>> = (0..700).map(|_| random_bytes(&mut rng, 3000)).collect();
+    let offsets = append_all(&b, &objects, &mut rng, 8);
+    b.sync().unwrap();
+    let on_disk = |p: &Path| std::fs::metadata(p).unwrap().blocks() * 512;
+    let full = on_disk(&path);
+    assert!(full >= 15 * SEG as u64, "{full} bytes on disk");
+    // Every 20th object stays.
+    for (i, (&offset, o)) in offsets.iter().zip(&objects).enumerate() {
+        if i % 20 != 0 {
+            b.free(offset, o.len());
+        }
+    }
+    let kept = on_disk(&path);
+    let s = b.stats();
+    println!(
+        "on disk: {full} bytes full, {kept} bytes with {} of them live",
+        s.live_bytes
+    );
+    assert!(s.pages_punched > 0, "{s:?}");
+    assert!(
+        kept * 4 < full,
+        "{kept} bytes on disk of {full}, {} live",
+        s.live_bytes
+    );
+    for (&offset, o) in offsets.iter().zip(&objects).step_by(20) {
+        assert!(read_back(&b, offset, o.len()) == *o, "object at {offset}");
+    }
+}
+
 #[test]
 fn a_full_filesystem_refuses_whole_appends_and_keeps_the_rest() {
     let dir = tempdir();

@@ -112,6 +112,7 @@ struct Counters {
     read_errors: AtomicU64,
     write_errors: AtomicU64,
     segments_punched: AtomicU64,
+    pages_punched: AtomicU64,
 }
 
 /// A [`Backing`] in a regular file or a block device (see the module's doc).
@@ -436,9 +437,24 @@ impl Backing for FileBacking {
     }
 
     fn free(&self, offset: u64, len: usize) {
-        let punch = self.segments.lock().release(offset, len);
+        let segment = {
+            let mut segments = self.segments.lock();
+            let freed = segments.release(offset, len);
+            if self.kind == Kind::File {
+                // Under the lock: the pages' segment takes no new object meanwhile (it is
+                // sealed), and cannot become free and be reused under the punch.
+                let flags = FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE;
+                for (start, len) in freed.pages {
+                    if rustix::fs::fallocate(&self.file, flags, start, len).is_ok() {
+                        let pages = len / PAGE_SIZE as u64;
+                        self.counters.pages_punched.fetch_add(pages, Relaxed);
+                    }
+                }
+            }
+            freed.segment
+        };
         self.cache.lock().invalidate(offset, offset + len as u64);
-        self.punch(punch.into_iter().collect());
+        self.punch(segment.into_iter().collect());
     }
 
     fn sync(&self) -> io::Result<()> {
@@ -462,6 +478,7 @@ impl Backing for FileBacking {
             read_errors: c.read_errors.load(Relaxed),
             write_errors: c.write_errors.load(Relaxed),
             segments_punched: c.segments_punched.load(Relaxed),
+            pages_punched: c.pages_punched.load(Relaxed),
         }
     }
 }

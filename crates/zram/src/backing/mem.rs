@@ -182,6 +182,7 @@ impl Backing for MemBacking {
             read_errors: self.read_errors.load(Relaxed),
             write_errors: self.write_errors.load(Relaxed),
             segments_punched: 0,
+            pages_punched: 0,
         }
     }
 }

@@ -88,6 +88,9 @@ pub struct BackingStats {
     pub write_errors: u64,
     /// Segments punched out of the file once no live object was left in them.
     pub segments_punched: u64,
+    /// Pages punched out of the file inside segments still holding live objects, once no
+    /// live object lay on them.
+    pub pages_punched: u64,
 }
 
 /// An error with the errno `errno` (`ENOSPC`, `EIO`, ...).

@@ -16,6 +16,11 @@
 //!   not yet reusable, so that the punch cannot destroy a new object;
 //! - `Free`: punched, on the free list (`free`), `used` and `live` 0.
 //!
+//! Each segment in use counts, per page, the objects that lie on it (`refs`): when an
+//! object of a sealed segment is freed, the pages no live object lies on any more are
+//! handed back to be punched out of a regular file at once, so a segment kept by a few
+//! live objects does not hold its whole megabyte of disk.
+//!
 //! A segment whose bytes someone else cut off the file (truncated it below them) is marked
 //! `lost_from` that point: its objects past it read as an error from then on, even after the
 //! store's own next append has grown the file back over them (as a hole: zeroes). Such a
@@ -43,7 +48,7 @@ enum State {
 }
 
 /// One segment's bookkeeping.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Segment {
     state: State,
     /// End of the bytes appended so far, relative to the segment's start.
@@ -53,6 +58,9 @@ struct Segment {
     /// The file offset from which this segment's bytes were cut off the file by someone
     /// else, if they were.
     lost_from: Option<u64>,
+    /// Per page of the segment, the objects lying on it (empty while free); stuck at
+    /// `u16::MAX` if ever reached, which 16-byte objects cannot reach.
+    refs: Vec<u16>,
 }
 
 impl Segment {
@@ -61,7 +69,26 @@ impl Segment {
         used: 0,
         live: 0,
         lost_from: None,
+        refs: Vec::new(),
     };
+}
+
+/// What freeing an object gives back.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Freed {
+    /// Its segment, when that is now sealed and empty: to punch, then
+    /// [`Segments::punched`].
+    pub(super) segment: Option<usize>,
+    /// Else, runs of whole pages `(offset, len)` of its sealed segment that no live object
+    /// lies on any more: to punch out of a regular file (under the allocation lock, as a
+    /// sealed segment takes no new object until it is free).
+    pub(super) pages: Vec<(u64, u64)>,
+}
+
+/// The pages (of the segment, from 0) that `len` bytes at `start` in it lie on.
+fn pages_of(start: u64, len: u64) -> std::ops::RangeInclusive<usize> {
+    let page = crate::PAGE_SIZE as u64;
+    (start / page) as usize..=((start + len - 1) / page) as usize
 }
 
 /// The objects of one reservation that lie back to back: one write.
@@ -164,6 +191,9 @@ impl Segments {
             let i = self.open.expect("a segment was opened");
             let seg = &mut self.segs[i];
             let offset = i as u64 * self.size + seg.used;
+            for r in &mut seg.refs[pages_of(seg.used, len)] {
+                *r = r.saturating_add(1);
+            }
             seg.used += len;
             seg.live += len;
             self.live_bytes += len;
@@ -220,6 +250,7 @@ impl Segments {
         debug_assert!(self.capacity.is_none_or(|c| i < c));
         self.segs[i] = Segment {
             state: State::Open,
+            refs: vec![0; self.size.div_ceil(crate::PAGE_SIZE as u64) as usize],
             ..Segment::FREE
         };
         self.open = Some(i);
@@ -253,11 +284,12 @@ impl Segments {
             .is_some_and(|from| offset + len > from)
     }
 
-    /// Frees the object of `len` bytes at `offset`. Returns its segment when that is now
-    /// sealed and empty: to punch, then [`punched`](Self::punched).
-    pub(super) fn release(&mut self, offset: u64, len: usize) -> Option<usize> {
+    /// Frees the object of `len` bytes at `offset`: its sealed segment if that is now
+    /// empty, else the pages of a sealed segment no live object lies on any more.
+    pub(super) fn release(&mut self, offset: u64, len: usize) -> Freed {
         let i = usize::try_from(offset / self.size).expect("offset in the file");
         let len = len as u64;
+        let seg_start = i as u64 * self.size;
         let seg = &mut self.segs[i];
         assert!(
             matches!(seg.state, State::Open | State::Sealed) && seg.live >= len,
@@ -267,9 +299,31 @@ impl Segments {
         self.live_bytes -= len;
         if seg.live == 0 && seg.state == State::Sealed {
             seg.state = State::Punching;
-            return Some(i);
+            return Freed {
+                segment: Some(i),
+                pages: Vec::new(),
+            };
         }
-        None
+        let page = crate::PAGE_SIZE as u64;
+        let mut pages: Vec<(u64, u64)> = Vec::new();
+        for p in pages_of(offset - seg_start, len) {
+            let r = &mut seg.refs[p];
+            if *r == u16::MAX {
+                continue;
+            }
+            *r -= 1;
+            if *r == 0 && seg.state == State::Sealed {
+                let at = seg_start + p as u64 * page;
+                match pages.last_mut() {
+                    Some((start, run)) if *start + *run == at => *run += page,
+                    _ => pages.push((at, page)),
+                }
+            }
+        }
+        Freed {
+            segment: None,
+            pages,
+        }
     }
 
     /// Gives back the space of a reservation whose writes failed: its objects are released
@@ -283,7 +337,7 @@ impl Segments {
             if self.segs[i].state == State::Open && self.segs[i].used == start + len as u64 {
                 self.segs[i].used = start;
             }
-            punch.extend(self.release(offset, len));
+            punch.extend(self.release(offset, len).segment);
         }
         punch
     }
@@ -332,6 +386,27 @@ mod tests {
     }
 
     #[test]
+    fn pages_no_live_object_lies_on_are_given_back_in_sealed_segments() {
+        const P: u64 = crate::PAGE_SIZE as u64;
+        let mut s = Segments::new(4 * P, None);
+        // 0..3000 on page 0, 3000..6000 on 0-1, 6000..9000 on 1-2, 9000..12000 on 2,
+        // 12000..15000 on 2-3.
+        let res = s.reserve(&[3000; 5]).unwrap();
+        assert_eq!(res.offsets, [0, 3000, 6000, 9000, 12000]);
+        // Open: nothing is given back while objects may still be added.
+        assert_eq!(s.release(3000, 3000), Freed::default());
+        s.reserve(&[3000]).unwrap(); // seals segment 0
+        assert_eq!(s.release(6000, 3000).pages, [(P, P)], "page 1 is free");
+        assert_eq!(s.release(0, 3000).pages, [(0, P)]);
+        assert_eq!(
+            s.release(9000, 3000),
+            Freed::default(),
+            "page 2 holds 12000.."
+        );
+        assert_eq!(s.release(12000, 3000).segment, Some(0));
+    }
+
+    #[test]
     fn a_cut_loses_only_what_lies_past_it_and_seals_the_open_segment() {
         let mut s = Segments::new(SEG, None);
         // Segments 0 and 1 full, 2 open with 500 bytes.
@@ -345,7 +420,7 @@ mod tests {
         assert_eq!(res.offsets, [3000]);
         assert!(!s.lost(3000, 100));
         // A lost segment freed whole is forgotten.
-        assert_eq!(s.release(2000, 500), Some(2));
+        assert_eq!(s.release(2000, 500).segment, Some(2));
         s.punched(2);
         assert_eq!(s.reserve(&[950]).unwrap().offsets, [2000]);
         assert!(!s.lost(2000, 950));
@@ -357,9 +432,9 @@ mod tests {
         let res = s.reserve(&[600, 600, 600, 600]).unwrap();
         assert_eq!(res.offsets, [0, 1000, 2000, 3000]);
         // Segment 3 is open: emptying it does not free it.
-        assert_eq!(s.release(3000, 600), None);
-        assert_eq!(s.release(2000, 600), Some(2));
-        assert_eq!(s.release(0, 600), Some(0));
+        assert_eq!(s.release(3000, 600).segment, None);
+        assert_eq!(s.release(2000, 600).segment, Some(2));
+        assert_eq!(s.release(0, 600).segment, Some(0));
         assert_eq!(
             s.file_bytes(),
             3 * SEG + 600,
@@ -388,8 +463,8 @@ mod tests {
         let res = s.reserve(&[50, 200]).unwrap();
         assert_eq!(res.offsets, [900, 1000]);
         assert!(s.reserve(&[900]).is_none());
-        assert_eq!(s.release(0, 900), None);
-        assert_eq!(s.release(900, 50), Some(0));
+        assert_eq!(s.release(0, 900).segment, None);
+        assert_eq!(s.release(900, 50).segment, Some(0));
         s.punched(0);
         assert_eq!(s.reserve(&[900]).unwrap().offsets, [0]);
         assert_eq!(s.live_bytes(), 1100);
