@@ -209,12 +209,16 @@ fn hot_add_and_hot_remove_in_the_tree_answer_as_the_kernels() {
         assert_eq!(kernel, errnos, "the kernel's hot_remove answers the same");
     }
 
+    let folder = std::fs::File::open(&zram1).unwrap();
     std::fs::write(&hot_remove, "1\n").unwrap();
     assert_eq!(
         errno_of(std::fs::metadata(&zram1)),
         Some(libc::ENOENT),
         "gone at once"
     );
+    // Its folder, listed through a descriptor opened before: gone too (was ENOTDIR).
+    assert_eq!(list_through(&folder), Some(libc::ENOENT));
+    drop(folder);
     assert!(server.registry.device("zram1").is_none());
     // Its number is free again; ids (inodes) are not reused.
     assert_eq!(std::fs::read_to_string(&hot_add).unwrap(), "1\n");
@@ -223,6 +227,19 @@ fn hot_add_and_hot_remove_in_the_tree_answer_as_the_kernels() {
         "0\n"
     );
     server.stop();
+}
+
+/// The errno of `getdents64` on an open directory, if it fails.
+#[expect(
+    unsafe_code,
+    reason = "lists a directory through a descriptor opened before it was removed"
+)]
+fn list_through(dir: &std::fs::File) -> Option<i32> {
+    let mut buf = [0u8; 4096];
+    let fd = std::os::fd::AsRawFd::as_raw_fd(dir);
+    // SAFETY: `buf` is writable for its length and `fd` is an open descriptor.
+    let n = unsafe { libc::syscall(libc::SYS_getdents64, fd, buf.as_mut_ptr(), buf.len()) };
+    (n < 0).then(|| std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
 }
 
 #[test]

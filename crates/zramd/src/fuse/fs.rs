@@ -541,6 +541,8 @@ impl Filesystem for ZramFs {
                     ));
                 }
             }
+            // A removed device's folder, read through a descriptor opened before: gone.
+            Some(Node::Dir(_)) => return reply.error(errno(libc::ENOENT)),
             _ => return reply.error(errno(libc::ENOTDIR)),
         }
         for (i, (n, kind, name)) in entries.into_iter().enumerate().skip(offset as usize) {
