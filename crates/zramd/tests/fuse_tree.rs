@@ -222,6 +222,11 @@ fn attribute_files_behave_as_sysfs() {
     assert_eq!(read("initstate").unwrap(), "0\n");
     assert_eq!(read("disksize").unwrap(), "0\n");
     assert_eq!(
+        std::fs::metadata(&disk).unwrap().len(),
+        0,
+        "the size at once"
+    );
+    assert_eq!(
         std::fs::File::open(&disk).unwrap_err().raw_os_error(),
         Some(libc::ENXIO)
     );
@@ -230,6 +235,8 @@ fn attribute_files_behave_as_sysfs() {
     assert_eq!(errno_of(write("unit_size", "256K")), Some(libc::EINVAL));
     write("unit_size", "32K\n").unwrap();
     write("disksize", "8M\n").unwrap();
+    // The new size at once, as `mkfs` right after `disksize` needs it.
+    assert_eq!(std::fs::metadata(&disk).unwrap().len(), 8 << 20);
     assert_eq!(
         read("comp_algorithm").unwrap(),
         "lzo-rle lzo lz4 lz4hc [zstd] \n"

@@ -38,6 +38,17 @@ use crate::sysfs::ATTRS;
 
 const TTL: Duration = Duration::from_secs(1);
 
+/// How long the kernel may keep a node's entry and attributes: a device's folder and its
+/// `disk` are asked again at every use, so that a removed device is gone at once (as under
+/// /sys/block) and `disk`'s size is the device's right after `reset` or `disksize` (a
+/// `mkfs` right after `disksize`, as scripts do with `/dev/zramN`, saw the old size).
+fn ttl_of(n: Node) -> Duration {
+    match n {
+        Node::Dir(_) | Node::Disk(_) => Duration::ZERO,
+        _ => TTL,
+    }
+}
+
 /// The folder of `hot_add` and `hot_remove`, as `/sys/class/zram-control`.
 pub const CONTROL_DIR: &str = "zram-control";
 
@@ -194,21 +205,15 @@ impl Filesystem for ZramFs {
                 .map(|a| Node::Attr(d, a)),
             _ => None,
         };
-        // A device's folder is looked up again at every use (no time to live), so a removed
-        // device is gone at once, as under /sys/block.
-        let ttl = match found {
-            Some(Node::Dir(_)) => Duration::ZERO,
-            _ => TTL,
-        };
-        match found.and_then(|n| self.attr_of(n)) {
-            Some(attr) => reply.entry(&ttl, &attr, Generation(0)),
+        match found.and_then(|n| Some((ttl_of(n), self.attr_of(n)?))) {
+            Some((ttl, attr)) => reply.entry(&ttl, &attr, Generation(0)),
             None => reply.error(Errno::ENOENT),
         }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match node(ino.0).and_then(|n| self.attr_of(n)) {
-            Some(attr) => reply.attr(&TTL, &attr),
+        match node(ino.0).and_then(|n| Some((ttl_of(n), self.attr_of(n)?))) {
+            Some((ttl, attr)) => reply.attr(&ttl, &attr),
             None => reply.error(Errno::ENOENT),
         }
     }
@@ -251,11 +256,11 @@ impl Filesystem for ZramFs {
             mtime,
         };
         if change.is_empty() {
-            return reply.attr(&TTL, &attr);
+            return reply.attr(&ttl_of(n), &attr);
         }
         self.meta.apply(ino.0, Meta::of(&attr), change);
         match self.attr_of(n) {
-            Some(attr) => reply.attr(&TTL, &attr),
+            Some(attr) => reply.attr(&ttl_of(n), &attr),
             None => reply.error(Errno::ENOENT),
         }
     }
