@@ -686,3 +686,28 @@ fn a_live_tree_is_refused_and_a_dead_one_reused() {
     third.stop();
     assert_eq!(mounts_on(&mnt), 0, "nothing left mounted");
 }
+
+/// A tree someone unmounted from outside: the server stops cleanly and says so, instead of
+/// warning that the tree is in use and detaching it lazily.
+#[test]
+fn a_tree_unmounted_from_outside_stops_cleanly() {
+    let Some((tmp, mnt, _detach)) = fuse_dirs("a_tree_unmounted_from_outside_stops_cleanly") else {
+        return;
+    };
+    let served = Served::start(
+        tmp.path(),
+        &["--size", "16M", "--fuse", mnt.to_str().unwrap()],
+    );
+    // umount as root, fusermount3 as a user who mounted it.
+    if !run(Command::new("umount").arg(&mnt), LIMIT).ok {
+        run_ok(Command::new("fusermount3").arg("-u").arg(&mnt), LIMIT);
+    }
+    assert_eq!(mounts_on(&mnt), 0);
+    let log = {
+        let err = tmp.path().join("zramd-serve.err");
+        served.stop();
+        std::fs::read_to_string(err).unwrap()
+    };
+    assert!(log.contains("unmounted from outside"), "{log}");
+    assert!(!log.contains("in use"), "{log}");
+}

@@ -102,6 +102,11 @@ impl Mounted {
                     tracing::warn!("the FUSE session at {}: {e}", dir.display());
                 }
             }
+            // Someone unmounted the tree already: the session has ended with it.
+            Err(_) if mounted_on(&dir).is_none() => {
+                tracing::info!("{} was unmounted from outside", dir.display());
+                drop(session);
+            }
             Err(why) => {
                 tracing::warn!(
                     "{} is in use ({why}); detaching it lazily: it is gone for new users, \
