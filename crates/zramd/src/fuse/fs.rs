@@ -18,7 +18,7 @@ use std::ffi::OsStr;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, LockOwner,
@@ -29,25 +29,12 @@ use parking_lot::RwLock;
 
 use super::attr::{Texts, Writers};
 use super::disk;
-use super::inode::{Node, ROOT, inode, node};
+use super::inode::{Node, ROOT, inode, node, ttl_of};
 use super::meta::{Change, Meta, MetaTable};
 use crate::device::Opened;
 use crate::export::{Export, ExportSet};
 use crate::hotplug;
 use crate::sysfs::ATTRS;
-
-const TTL: Duration = Duration::from_secs(1);
-
-/// How long the kernel may keep a node's entry and attributes: a device's folder and its
-/// `disk` are asked again at every use, so that a removed device is gone at once (as under
-/// /sys/block) and `disk`'s size is the device's right after `reset` or `disksize` (a
-/// `mkfs` right after `disksize`, as scripts do with `/dev/zramN`, saw the old size).
-fn ttl_of(n: Node) -> Duration {
-    match n {
-        Node::Dir(_) | Node::Disk(_) => Duration::ZERO,
-        _ => TTL,
-    }
-}
 
 /// The folder of `hot_add` and `hot_remove`, as `/sys/class/zram-control`.
 pub const CONTROL_DIR: &str = "zram-control";

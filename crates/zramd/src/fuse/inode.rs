@@ -45,6 +45,18 @@ pub fn node(ino: u64) -> Option<Node> {
     }
 }
 
+/// How long the kernel may keep a node's entry and attributes: a second for most; a
+/// device's folder and its `disk` are asked again at every use, so that a removed device is
+/// gone at once (as under /sys/block) and `disk`'s size is the device's right after `reset`
+/// or `disksize` (a `mkfs` right after `disksize`, as scripts run with `/dev/zramN`, saw the
+/// old size).
+pub fn ttl_of(n: Node) -> std::time::Duration {
+    match n {
+        Node::Dir(_) | Node::Disk(_) => std::time::Duration::ZERO,
+        _ => std::time::Duration::from_secs(1),
+    }
+}
+
 /// The inode of `n`.
 pub fn inode(n: Node) -> u64 {
     match n {
