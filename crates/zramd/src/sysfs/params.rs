@@ -149,17 +149,13 @@ pub(super) fn store_algorithm_params(dev: &Device, value: &[u8]) -> Result<(), D
     let settings = dev.settings();
     let prio = target(&settings, algo, priority)?;
     if let Some(alg) = algorithm_of(&settings, prio) {
+        // The algorithm's own check, before the file is read: an empty dictionary stands
+        // for the one named.
         AlgorithmParams {
             level,
-            dictionary: None,
+            dictionary: dict_path.map(|_| std::sync::Arc::default()),
         }
         .check(alg)?;
-        if dict_path.is_some() && !alg.takes_dictionary() {
-            return Err(DeviceError::invalid(
-                "algorithm_params",
-                format!("{alg} takes no dictionary (zstd, lz4 and lz4hc do)"),
-            ));
-        }
     }
     let dict = dict_path
         .map(read_dictionary)
