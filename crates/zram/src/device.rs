@@ -11,6 +11,7 @@ use std::sync::Arc;
 use zsmalloc::{Backend, FoldReport};
 
 use crate::backing::{Backing, BackingStats, FileBacking, FileOptions};
+use crate::clean::CleanReport;
 use crate::comp::{Algorithm, AlgorithmParams, CodecPool};
 use crate::compact::Compactor;
 use crate::config::{RecompAlgorithm, ZramConfig};
@@ -400,6 +401,15 @@ impl Zram {
         let r = crate::writeback::writeback(&self.store, req);
         self.nudge_compactor();
         r
+    }
+
+    /// Moves written-back objects out of the backing store's sparse segments, so that
+    /// their space comes back ([`crate::clean`]; beyond the kernel). `ENODEV` without a
+    /// backing store, `EAGAIN` while writeback or recompression runs.
+    pub fn clean_backing(&self) -> Result<CleanReport> {
+        let backing = self.store.backing().ok_or(Error::NoBackingDev)?.clone();
+        let _pp = self.store.post_processing()?;
+        crate::clean::clean(&self.store, &*backing, usize::MAX)
     }
 
     /// Freed objects leave holes in zspages: background compaction (when on) looks now.

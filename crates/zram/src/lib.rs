@@ -35,6 +35,7 @@
 
 pub mod backing;
 mod chain;
+pub mod clean;
 pub mod comp;
 pub mod compact;
 pub mod config;
@@ -62,6 +63,7 @@ mod sys;
 pub mod writeback;
 
 pub use chain::{links, pieces};
+pub use clean::CleanReport;
 pub use comp::{Algorithm, AlgorithmParams};
 pub use config::{RecompAlgorithm, ZramConfig};
 pub use device::{BlockState, Zram};

@@ -13,8 +13,9 @@
 //!   (any write, discard, free or read in between clears it, as the kernel's
 //!   `zram_accessed` clears `ZRAM_PP_SLOT`): otherwise its file copy is freed. No slot ever points at a
 //!   copy that is not on the file, and no slot loses data when the file fails.
-//! - A failed append (ENOSPC, EIO) stops the pass with that error, counted in `wb_failed`;
-//!   the batch's slots stay in memory.
+//! - An append that finds the store full (`ENOSPC`) first cleans its sparse segments
+//!   ([`crate::clean`]) and tries once more. A failed append (ENOSPC, EIO) stops the pass
+//!   with that error, counted in `wb_failed`; the batch's slots stay in memory.
 //! - With `writeback_limit_enable`, every page takes one unit of `writeback_limit`; when it
 //!   is spent the pass stops with `EIO`, as the kernel's does. Budget taken for slots that
 //!   were not switched is given back.
@@ -248,6 +249,28 @@ fn gather(
     Ok(Source::Own(range))
 }
 
+/// Segments a writeback cleans at most when its append finds the store full.
+const CLEAN_WHEN_FULL: usize = 32;
+
+/// Appends `objects`; when the store is full (`ENOSPC`), cleans its sparse segments
+/// ([`crate::clean`]) and, if that moved anything, tries once more. A failed cleaning
+/// leaves the append's own error to tell.
+fn append_or_clean(
+    store: &Store,
+    backing: &dyn Backing,
+    objects: &[&[u8]],
+) -> std::io::Result<Vec<u64>> {
+    match backing.append(objects) {
+        Err(err) if err.raw_os_error() == Some(libc::ENOSPC) => {
+            match crate::clean::clean(store, backing, CLEAN_WHEN_FULL) {
+                Ok(cleaned) if cleaned.objects > 0 => backing.append(objects),
+                _ => Err(err),
+            }
+        }
+        appended => appended,
+    }
+}
+
 /// Appends the batch's streams to the file and switches the slots that still hold what
 /// was written.
 fn flush(
@@ -277,7 +300,7 @@ fn flush(
     let appended = if objects.is_empty() {
         Ok(Vec::new())
     } else {
-        backing.append(&objects)
+        append_or_clean(store, backing, &objects)
     };
     let offsets = match appended {
         Ok(offsets) => offsets,

@@ -35,10 +35,15 @@ pub const MAX_CONNECTIONS: usize = 16;
 pub enum Request {
     /// Figures of every device.
     Stat,
-    /// Compact one device, or all.
+    /// Compact one device, or all; with `backing`, also move written-back objects out of
+    /// their backing files' sparse segments (`zram::clean`; devices without one are left
+    /// out, a named one is an error).
     Compact {
         /// Device name; all when absent.
         device: Option<String>,
+        /// Clean the backing files too.
+        #[serde(default)]
+        backing: bool,
     },
     /// Fold identical stored objects into one (seed 004's `fold`) on one device, or all.
     Fold {
@@ -122,6 +127,9 @@ pub struct Response {
     /// What each device's pass did (`fold`).
     #[serde(default)]
     pub folded: Vec<Folded>,
+    /// What each device's cleaning pass did (`compact` with `backing`).
+    #[serde(default)]
+    pub cleaned: Vec<Cleaned>,
     /// Slots marked idle (`idle`).
     #[serde(default)]
     pub idle_marked: Option<u64>,
@@ -147,6 +155,16 @@ pub struct Folded {
     /// The pass's figures.
     #[serde(flatten)]
     pub report: zram::FoldReport,
+}
+
+/// What a cleaning pass of a backing file did on one device.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Cleaned {
+    /// The device.
+    pub device: String,
+    /// The pass's figures.
+    #[serde(flatten)]
+    pub report: zram::CleanReport,
 }
 
 impl Response {
@@ -191,11 +209,28 @@ pub fn handle(registry: &Registry, request: &Request) -> Response {
             devices: registry.stats(),
             ..Response::default()
         },
-        Request::Compact { device: name } => match initialized(registry, name.as_deref()) {
-            Ok(zrams) => Response {
-                pages_freed: Some(zrams.iter().map(|(_, z)| z.compact()).sum()),
-                ..Response::ok()
-            },
+        Request::Compact {
+            device: name,
+            backing,
+        } => match initialized(registry, name.as_deref()) {
+            Ok(zrams) => {
+                let mut cleaned = Vec::new();
+                for (device, z) in zrams.iter().filter(|_| *backing) {
+                    match z.clean_backing() {
+                        Ok(report) => cleaned.push(Cleaned {
+                            device: device.clone(),
+                            report,
+                        }),
+                        Err(zram::Error::NoBackingDev) if name.is_none() => {}
+                        Err(e) => return Response::error(format!("{device}: {e}")),
+                    }
+                }
+                Response {
+                    pages_freed: Some(zrams.iter().map(|(_, z)| z.compact()).sum()),
+                    cleaned,
+                    ..Response::ok()
+                }
+            }
             Err(e) => Response::error(e),
         },
         // A named device on an allocator that cannot fold refuses; all devices: those

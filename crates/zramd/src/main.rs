@@ -39,6 +39,11 @@ enum Command {
     Compact {
         /// Device name.
         device: Option<String>,
+        /// Also move written-back objects out of the backing file's sparse segments, so that
+        /// their space comes back (beyond the kernel; devices without a backing file are
+        /// left out).
+        #[arg(long)]
+        backing: bool,
         #[command(flatten)]
         control: ControlArg,
     },
@@ -360,8 +365,24 @@ fn cli_main() -> anyhow::Result<()> {
             zramd::serve::run(&serve_options(&a, serve)?)
         }
         Command::Stat(a) => stat::stat(&a.control.path(), &a.options),
-        Command::Compact { device, control } => {
-            let r = control::call(&control.path(), &Request::Compact { device })?;
+        Command::Compact {
+            device,
+            backing,
+            control,
+        } => {
+            let r = control::call(&control.path(), &Request::Compact { device, backing })?;
+            for c in &r.cleaned {
+                let (r, size) = (&c.report, zramd::human::size);
+                println!(
+                    "{}: backing file: {} objects ({}, {} slots) moved out of {} sparse segments, {} unreadable left",
+                    c.device,
+                    r.objects,
+                    size(r.bytes),
+                    r.slots,
+                    r.segments,
+                    r.unreadable
+                );
+            }
             println!("{} pages freed", r.pages_freed.unwrap_or(0));
             Ok(())
         }

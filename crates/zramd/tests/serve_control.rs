@@ -132,7 +132,14 @@ fn stat_set_compact_reset_and_errors() {
     );
     assert!(missing.unwrap_err().to_string().contains("zram9"));
 
-    let r = control::call(&path, &Request::Compact { device: None }).unwrap();
+    let r = control::call(
+        &path,
+        &Request::Compact {
+            device: None,
+            backing: false,
+        },
+    )
+    .unwrap();
     assert!(r.pages_freed.is_some());
 
     // Malformed requests get an error answer, and the server keeps serving.

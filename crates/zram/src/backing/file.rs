@@ -13,7 +13,10 @@
 //! segments, the lowest first, before growing the file. A block device has
 //! `size / segment_size` segments and refuses an append that needs more with `ENOSPC`; so
 //! does a regular file that cannot be truncated (`ENOSYS`, as a FUSE-served disk image).
-//! (`segments` keeps this bookkeeping.)
+//! A segment is reused only once its last object is freed, so such a bounded store keeps
+//! one segment back for cleaning (objects moved out of the sparse segments
+//! [`Backing::sparse`] names, by [`Backing::append_moved`]). (`segments` keeps this
+//! bookkeeping.)
 //!
 //! # I/O
 //!
@@ -113,6 +116,7 @@ struct Counters {
     write_errors: AtomicU64,
     segments_punched: AtomicU64,
     pages_punched: AtomicU64,
+    moved_bytes: AtomicU64,
 }
 
 /// A [`Backing`] in a regular file or a block device (see the module's doc).
@@ -369,8 +373,9 @@ impl FileBacking {
     }
 }
 
-impl Backing for FileBacking {
-    fn append(&self, objects: &[&[u8]]) -> io::Result<Vec<u64>> {
+impl FileBacking {
+    /// [`Backing::append`], or [`Backing::append_moved`] when `moving`.
+    fn append_objects(&self, objects: &[&[u8]], moving: bool) -> io::Result<Vec<u64>> {
         let fail = |e| {
             self.counters.write_errors.fetch_add(1, Relaxed);
             Err(e)
@@ -385,7 +390,7 @@ impl Backing for FileBacking {
             return fail(e);
         }
         let lens: Vec<usize> = objects.iter().map(|o| o.len()).collect();
-        let Some(mut res) = self.segments.lock().reserve(&lens) else {
+        let Some(mut res) = self.segments.lock().reserve(&lens, moving) else {
             return fail(os_error(libc::ENOSPC));
         };
         self.punch(std::mem::take(&mut res.punch));
@@ -408,7 +413,26 @@ impl Backing for FileBacking {
             cache.invalidate(run.offset, run.offset + run.len);
         }
         drop(cache);
+        if moving {
+            let bytes: u64 = res.runs.iter().map(|run| run.len).sum();
+            self.counters.moved_bytes.fetch_add(bytes, Relaxed);
+        }
         Ok(res.offsets)
+    }
+}
+
+impl Backing for FileBacking {
+    fn append(&self, objects: &[&[u8]]) -> io::Result<Vec<u64>> {
+        self.append_objects(objects, false)
+    }
+
+    fn append_moved(&self, objects: &[&[u8]]) -> io::Result<Vec<u64>> {
+        self.append_objects(objects, true)
+    }
+
+    fn sparse(&self) -> Vec<std::ops::Range<u64>> {
+        let spans = self.segments.lock().sparse();
+        spans.into_iter().map(|(start, end)| start..end).collect()
     }
 
     fn read(&self, offset: u64, out: &mut [u8]) -> io::Result<()> {
@@ -479,6 +503,7 @@ impl Backing for FileBacking {
             write_errors: c.write_errors.load(Relaxed),
             segments_punched: c.segments_punched.load(Relaxed),
             pages_punched: c.pages_punched.load(Relaxed),
+            moved_bytes: c.moved_bytes.load(Relaxed),
         }
     }
 }

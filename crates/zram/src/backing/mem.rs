@@ -183,6 +183,7 @@ impl Backing for MemBacking {
             write_errors: self.write_errors.load(Relaxed),
             segments_punched: 0,
             pages_punched: 0,
+            moved_bytes: 0,
         }
     }
 }

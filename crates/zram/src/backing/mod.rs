@@ -48,6 +48,22 @@ pub trait Backing: Send + Sync + std::fmt::Debug {
     /// error says why (`ENOSPC`, `EIO`, ...).
     fn append(&self, objects: &[&[u8]]) -> std::io::Result<Vec<u64>>;
 
+    /// As [`append`](Self::append), for objects moved out of [`sparse`](Self::sparse)
+    /// ranges: they may take the room a bounded store keeps back for them, so that a store
+    /// full of sparse segments can still be cleaned. Counted in
+    /// [`BackingStats::moved_bytes`].
+    fn append_moved(&self, objects: &[&[u8]]) -> std::io::Result<Vec<u64>> {
+        self.append(objects)
+    }
+
+    /// Ranges of the store whose objects are worth moving elsewhere (with
+    /// [`append_moved`](Self::append_moved)) so that their space comes back, the most
+    /// worthwhile first; none for a store whose space comes back object by object (the
+    /// default).
+    fn sparse(&self) -> Vec<std::ops::Range<u64>> {
+        Vec::new()
+    }
+
     /// Reads the object of `out.len()` bytes at `offset` (as [`append`](Self::append)
     /// returned it). A short read (a truncated file) is an error, never wrong bytes, also
     /// after the store's own appends have grown a file someone else cut back over the cut.
@@ -91,6 +107,8 @@ pub struct BackingStats {
     /// Pages punched out of the file inside segments still holding live objects, once no
     /// live object lay on them.
     pub pages_punched: u64,
+    /// Bytes of objects moved out of sparse ranges ([`Backing::append_moved`]).
+    pub moved_bytes: u64,
 }
 
 /// An error with the errno `errno` (`ENOSPC`, `EIO`, ...).

@@ -136,7 +136,7 @@ const IO_STAT: [Figure; 3] = [
 
 /// The post-processing figures: writeback (`bd_stat` in pages, and ours), idle marking,
 /// recompression, the policy, and the backing file (0 without one).
-const POST: [Figure; 17] = [
+const POST: [Figure; 18] = [
     (
         "bd_count",
         Count,
@@ -240,6 +240,13 @@ const POST: [Figure; 17] = [
         Gauge,
         "Bytes of the backing file holding slots' data",
         |d| d.backing.map_or(0, |b| b.live_bytes),
+    ),
+    (
+        "backing_moved",
+        Bytes,
+        Counter,
+        "Bytes moved out of sparse backing segments by cleaning",
+        |d| d.backing.map_or(0, |b| b.moved_bytes),
     ),
     (
         "backing_cache_hits",

@@ -17,9 +17,10 @@ pub fn post_lines(d: &zramd::registry::DeviceStat) {
     );
     match &d.backing {
         Some(b) => println!(
-            "  file {}  live {}  cache hits {}",
+            "  file {}  live {}  moved {}  cache hits {}",
             size(b.file_bytes),
             size(b.live_bytes),
+            size(b.moved_bytes),
             b.cache_hits
         ),
         None => println!(),

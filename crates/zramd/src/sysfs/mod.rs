@@ -16,7 +16,9 @@
 //!   `writeback_limit_enable`, `writeback_batch_size`, `bd_stat`), `recompress`,
 //!   `block_state`, `policy` (words over the policy; `run` runs a round now) and
 //!   `policy_stat` (`rounds recompressed recompress_saved_bytes written_back_pages
-//!   written_back_bytes errors day_pages`, then the last round in words);
+//!   written_back_bytes errors day_pages`, then the last round in words), and ours,
+//!   `backing_compact` (moves written-back objects out of the backing file's sparse
+//!   segments, so that their space comes back);
 //! - `fold`: seed 004's `fold` trigger, our `dedup` setting (inline deduplication, `EBUSY`
 //!   once initialized) and `fold_stat` (`folds objects_folded pages_folded dedup_pages
 //!   dedup_bytes shared_objects index_bytes`).
@@ -66,8 +68,8 @@ impl Attr {
 
 /// The attributes, in the order a directory listing shows them: the kernel's (with seed
 /// 004's `fold`), then ours (`unit_size`, `block_state` from the kernel's debugfs, `policy`,
-/// `policy_stat`, `dedup`, `fold_stat`, `allocator`).
-pub const ATTRS: [Attr; 28] = [
+/// `policy_stat`, `dedup`, `fold_stat`, `allocator`, `backing_compact`).
+pub const ATTRS: [Attr; 29] = [
     Attr::new("disksize", 0o644),
     Attr::new("initstate", 0o444),
     Attr::new("reset", 0o200),
@@ -96,6 +98,7 @@ pub const ATTRS: [Attr; 28] = [
     Attr::new("dedup", 0o644),
     Attr::new("fold_stat", 0o444),
     Attr::new("allocator", 0o644),
+    Attr::new("backing_compact", 0o200),
 ];
 
 /// The attribute with this name.

@@ -11,6 +11,11 @@
 //! (`EBUSY` after), opened when `disksize` is written, which fails with the open's errno;
 //! `none` forgets it (beyond the kernel, which forgets it only at `reset`).
 //!
+//! `backing_compact` (ours, write-only) moves written-back objects out of the backing file's
+//! sparse segments (`zram::clean`): `EINVAL` uninitialized, `ENODEV` without a backing file,
+//! `EAGAIN` while writeback or recompression runs; what was written does not matter, as for
+//! `compact`.
+//!
 //! `policy` reads as its `key=value` words (`zram::Policy`) and takes words over the
 //! current policy; the word `run` runs one round now (`EINVAL` while uninitialized).
 //! `policy_stat` is one line of numbers, `rounds recompressed recompress_saved_bytes
@@ -108,6 +113,11 @@ pub(super) fn store(dev: &Device, name: &str, value: &[u8]) -> Result<(), Device
             }
             let req: WritebackRequest = text("writeback", value)?.parse()?;
             zram.writeback(&req)?;
+            Ok(())
+        }
+        // Ours, read as `compact` is: what was written does not matter.
+        "backing_compact" => {
+            dev.initialized_zram()?.clean_backing()?;
             Ok(())
         }
         "recompress" => {

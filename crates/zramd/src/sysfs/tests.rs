@@ -348,3 +348,51 @@ fn dictionaries_are_regular_files_of_bounded_size() {
     // The words are still checked first.
     assert_eq!(params_write(&d, "colour=blue", unstick), Err(libc::EINVAL));
 }
+
+/// `backing_compact` moves written-back objects out of sparse segments: `EINVAL` before
+/// `disksize`, `ENODEV` without a backing file, then a pass that gives segments back.
+#[test]
+fn backing_compact_moves_objects_out_of_sparse_segments() {
+    let d = Device::new("zram0", ZramConfig::default());
+    assert_eq!(write(&d, "backing_compact", b"1"), Err(libc::EINVAL));
+    assert_eq!(read(&d, "backing_compact"), Err(libc::EACCES));
+    write(&d, "disksize", b"8M").unwrap();
+    assert_eq!(write(&d, "backing_compact", b"1"), Err(libc::ENODEV));
+    write(&d, "reset", b"1").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("backing");
+    std::fs::File::create(&file).unwrap();
+    write(&d, "backing_dev", file.as_os_str().as_encoded_bytes()).unwrap();
+    write(&d, "disksize", b"8M").unwrap();
+    let z = d.zram().unwrap();
+    // 2048 incompressible pages (8 MiB of the file), then all but every 8th discarded.
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    for p in 0..2048u64 {
+        let page: Vec<u8> = (0..4096)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            })
+            .collect();
+        z.write(p * 4096, &page).unwrap();
+    }
+    write(&d, "writeback", b"huge").unwrap();
+    for p in (0..2048u64).filter(|p| p % 8 != 0) {
+        z.discard(p * 4096, 4096).unwrap();
+    }
+    let before = z.backing_stats().unwrap();
+    write(&d, "backing_compact", b"anything").unwrap();
+    let after = z.backing_stats().unwrap();
+    assert_eq!(after.live_bytes, before.live_bytes);
+    // Sealed segments 0-6 keep 32 pages each: 224 pages go to a new segment, and the seven
+    // are free. The eighth was open (not sparse): it stays whole.
+    assert_eq!(after.moved_bytes, 224 * 4096, "{after:?}");
+    assert_eq!(after.file_bytes, (1 << 20) + 224 * 4096, "{after:?}");
+    assert_eq!(
+        (before.file_bytes, after.segments_punched),
+        (8 << 20, 7),
+        "{before:?}"
+    );
+}

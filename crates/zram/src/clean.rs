@@ -1,0 +1,201 @@
+//! Cleaning the backing store (beyond the kernel): moving written-back objects out of
+//! sparse segments so that their space comes back.
+//!
+//! The kernel's backing device holds each written-back page in a block of its own, freed
+//! with the page. Here objects are packed into segments (`backing/file.rs`), and a segment
+//! is reused only once its last object is freed: a few long-lived objects can keep most of
+//! a block device's segments from being reused, and appends then fail with `ENOSPC` while
+//! the device is mostly empty. A cleaning pass reads the objects of the sparsest segments
+//! (at most half live, as [`Backing::sparse`] names them), appends them anew, packed (a
+//! bounded store keeps a segment back for that, so a full one can still be cleaned), and
+//! points each slot naming one at its new copy; the old copies are freed, and with the last
+//! of them their segment.
+//!
+//! # Rules
+//!
+//! - A pass runs under the post-processing lock (writeback and recompression exclude it).
+//!   Writeback cleans when an append fails with `ENOSPC`, then tries the append once more;
+//!   [`Zram::clean_backing`](crate::Zram::clean_backing) cleans on demand.
+//! - The pass holds each object it moves (one more holder, `backing/shares.rs`) from the
+//!   moment it finds, under the slot's lock, a slot naming it, until it is done with it: the
+//!   offset names that object and no other meanwhile, so a slot that still names the offset
+//!   (written back, same length) when the pass comes to switch it holds these very bytes. A
+//!   slot written, discarded or freed meanwhile names something else and is left alone.
+//! - A switched slot keeps all but its handle: flags, priority and access time (cleaning is
+//!   not an access). `bd_stat` does not move; the store counts the bytes moved
+//!   ([`BackingStats::moved_bytes`](crate::backing::BackingStats::moved_bytes)).
+//! - One append per segment cleaned. An object that cannot be read stays where it is (its
+//!   slots read the same error as before); an append that finds no room ends the pass with
+//!   what was moved so far; any other failed append ends it with the error. Neither loses
+//!   or changes a slot.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+use crate::backing::Backing;
+use crate::error::{Error, Result};
+use crate::slot::{Flags, SlotEntry};
+use crate::store::Store;
+
+/// What a cleaning pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CleanReport {
+    /// Sparse segments whose objects were moved (some may have stayed: unreadable, or
+    /// named by a slot that changed meanwhile).
+    pub segments: u64,
+    /// Objects moved.
+    pub objects: u64,
+    /// Slots switched to a moved object (more than `objects` where slots share one).
+    pub slots: u64,
+    /// Bytes moved.
+    pub bytes: u64,
+    /// Objects left where they were because they could not be read.
+    pub unreadable: u64,
+}
+
+/// The objects found in one sparse range: (offset, length) → the slots naming it.
+type Objects = BTreeMap<(u64, usize), Vec<usize>>;
+
+/// An object the pass holds and has read, at `range` of the segment's buffer.
+struct Held {
+    offset: u64,
+    len: usize,
+    slots: Vec<usize>,
+    range: Range<usize>,
+}
+
+/// Moves the objects of up to `max_segments` of the backing store's sparse ranges. The
+/// caller holds the post-processing lock.
+pub(crate) fn clean(
+    store: &Store,
+    backing: &dyn Backing,
+    max_segments: usize,
+) -> Result<CleanReport> {
+    let mut report = CleanReport::default();
+    let mut ranges = backing.sparse();
+    ranges.truncate(max_segments);
+    if ranges.is_empty() {
+        return Ok(report);
+    }
+    let mut buf = Vec::new();
+    for objects in find(store, &ranges) {
+        let held = hold_and_read(store, backing, objects, &mut buf, &mut report);
+        if held.is_empty() {
+            continue;
+        }
+        let streams: Vec<&[u8]> = held.iter().map(|h| &buf[h.range.clone()]).collect();
+        let offsets = match backing.append_moved(&streams) {
+            Ok(offsets) => offsets,
+            Err(err) => {
+                for h in &held {
+                    store.shared_copies.release(backing, h.offset, h.len);
+                }
+                if err.raw_os_error() == Some(libc::ENOSPC) {
+                    break;
+                }
+                return Err(Error::Backing(err));
+            }
+        };
+        report.segments += 1;
+        for (h, new) in held.iter().zip(offsets) {
+            let switched = switch(store, backing, h, new);
+            // The pass's holds: the new copy goes if no slot took it, the old one with
+            // the last slot that left it.
+            store.shared_copies.release(backing, new, h.len);
+            store.shared_copies.release(backing, h.offset, h.len);
+            if switched > 0 {
+                report.objects += 1;
+                report.slots += switched;
+                report.bytes += h.len as u64;
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// The written-back slots naming objects in `ranges`, grouped by range (in the order of
+/// `ranges`) and object. Read slot by slot: a hint, checked again under each slot's lock.
+fn find(store: &Store, ranges: &[Range<u64>]) -> Vec<Objects> {
+    let mut by_start: Vec<(u64, u64, usize)> = (ranges.iter().enumerate())
+        .map(|(n, r)| (r.start, r.end, n))
+        .collect();
+    by_start.sort_unstable();
+    let mut found = vec![Objects::new(); ranges.len()];
+    for index in 0..store.slots() {
+        if !store.any_written_back(index..index + 1) {
+            continue;
+        }
+        let e = store.entry(index);
+        if !e.flags.contains(Flags::WB) {
+            continue;
+        }
+        let at = by_start.partition_point(|&(start, _, _)| start <= e.handle);
+        if let Some(&(_, end, n)) = at.checked_sub(1).map(|i| &by_start[i])
+            && e.handle < end
+        {
+            found[n].entry((e.handle, e.len)).or_default().push(index);
+        }
+    }
+    found
+}
+
+/// Holds each of `objects` through a slot that still names it, and reads it into `buf`
+/// (cleared first). Objects no slot names any more are skipped; unreadable ones are let go.
+fn hold_and_read(
+    store: &Store,
+    backing: &dyn Backing,
+    objects: Objects,
+    buf: &mut Vec<u8>,
+    report: &mut CleanReport,
+) -> Vec<Held> {
+    buf.clear();
+    let mut held = Vec::new();
+    for ((offset, len), slots) in objects {
+        let names =
+            |e: SlotEntry| e.flags.contains(Flags::WB) && e.handle == offset && e.len == len;
+        let holds = slots.iter().any(|&index| {
+            let g = store.lock(index);
+            let named = names(g.get());
+            if named {
+                // Under the lock of a slot holding it: the object is live.
+                store.shared_copies.hold(offset);
+            }
+            named
+        });
+        if !holds {
+            continue;
+        }
+        let range = buf.len()..buf.len() + len;
+        buf.resize(range.end, 0);
+        if backing.read(offset, &mut buf[range.clone()]).is_err() {
+            buf.truncate(range.start);
+            store.shared_copies.release(backing, offset, len);
+            report.unreadable += 1;
+            continue;
+        }
+        held.push(Held {
+            offset,
+            len,
+            slots,
+            range,
+        });
+    }
+    held
+}
+
+/// Points the slots of `h` that still name it at its copy at `new`; returns how many.
+fn switch(store: &Store, backing: &dyn Backing, h: &Held, new: u64) -> u64 {
+    let mut switched = 0;
+    for &index in &h.slots {
+        let mut g = store.lock(index);
+        let e = g.get();
+        if e.flags.contains(Flags::WB) && e.handle == h.offset && e.len == h.len {
+            store.shared_copies.hold(new);
+            g.set(SlotEntry { handle: new, ..e });
+            // Not the old copy's last holder: the pass holds it too.
+            store.shared_copies.release(backing, h.offset, h.len);
+            switched += 1;
+        }
+    }
+    switched
+}
