@@ -5,17 +5,20 @@
 //! with the page. Here objects are packed into segments (`backing/file.rs`), and a segment
 //! is reused only once its last object is freed: a few long-lived objects can keep most of
 //! a block device's segments from being reused, and appends then fail with `ENOSPC` while
-//! the device is mostly empty. A cleaning pass reads the objects of the sparsest segments
-//! (at most half live, as [`Backing::sparse`] names them), appends them anew, packed (a
-//! bounded store keeps a segment back for that, so a full one can still be cleaned), and
-//! points each slot naming one at its new copy; the old copies are freed, and with the last
-//! of them their segment.
+//! the device is mostly empty. A cleaning pass reads the objects of sparse segments (sealed,
+//! with dead bytes, as [`Backing::sparse`] lists them, sparsest first), appends them anew,
+//! packed (a bounded store keeps a segment back for that, so a full one can still be
+//! cleaned), and points each slot naming one at its new copy; the old copies are freed, and
+//! with the last of them their segment. A pass on demand takes the segments at most half
+//! live ([`Pick::HalfDead`]); writeback that finds the store full takes the sparsest, however
+//! live, until they give back the room it needs ([`Pick::Bytes`]).
 //!
 //! # Rules
 //!
 //! - A pass runs under the post-processing lock (writeback and recompression exclude it).
-//!   Writeback cleans when an append fails with `ENOSPC`, then tries the append once more;
-//!   [`Zram::clean_backing`](crate::Zram::clean_backing) cleans on demand.
+//!   Writeback cleans when an append fails with `ENOSPC`, then tries the append again (a
+//!   few times at most); [`Zram::clean_backing`](crate::Zram::clean_backing) cleans on
+//!   demand.
 //! - The pass holds each object it moves (one more holder, `backing/shares.rs`) from the
 //!   moment it finds, under the slot's lock, a slot naming it, until it is done with it: the
 //!   offset names that object and no other meanwhile, so a slot that still names the offset
@@ -32,7 +35,7 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 
-use crate::backing::Backing;
+use crate::backing::{Backing, Sparse};
 use crate::error::{Error, Result};
 use crate::slot::{Flags, SlotEntry};
 use crate::store::Store;
@@ -64,16 +67,50 @@ struct Held {
     range: Range<usize>,
 }
 
-/// Moves the objects of up to `max_segments` of the backing store's sparse ranges. The
-/// caller holds the post-processing lock.
-pub(crate) fn clean(
-    store: &Store,
-    backing: &dyn Backing,
-    max_segments: usize,
-) -> Result<CleanReport> {
+/// Which of the store's sparse ranges a pass cleans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pick {
+    /// Those at most half live: each gives back at least as many bytes as it moves (a pass
+    /// on demand).
+    HalfDead,
+    /// The sparsest first, until they give back this many bytes, at most [`MAX_PICKED`] of
+    /// them; none if those cannot (writeback that found the store full: whatever it costs,
+    /// as long as it gives the room).
+    Bytes(u64),
+}
+
+/// Ranges one [`Pick::Bytes`] pass cleans at most.
+pub(crate) const MAX_PICKED: usize = 64;
+
+/// The ranges of `sparse` (sparsest first) that `pick` takes.
+fn choose(sparse: Vec<Sparse>, pick: Pick) -> Vec<Range<u64>> {
+    match pick {
+        Pick::HalfDead => (sparse.into_iter())
+            .filter(|s| s.live <= s.dead())
+            .map(|s| s.range)
+            .collect(),
+        Pick::Bytes(want) => {
+            let mut freed = 0;
+            let picked: Vec<Range<u64>> = (sparse.into_iter().take(MAX_PICKED))
+                .take_while(|s| {
+                    let more = freed < want;
+                    freed += s.dead();
+                    more
+                })
+                .map(|s| s.range)
+                .collect();
+            // Moving what cannot give the room back would only cost (a store that is
+            // really full).
+            if freed < want { Vec::new() } else { picked }
+        }
+    }
+}
+
+/// Moves the objects of the backing store's sparse ranges that `pick` takes. The caller
+/// holds the post-processing lock.
+pub(crate) fn clean(store: &Store, backing: &dyn Backing, pick: Pick) -> Result<CleanReport> {
     let mut report = CleanReport::default();
-    let mut ranges = backing.sparse();
-    ranges.truncate(max_segments);
+    let ranges = choose(backing.sparse(), pick);
     if ranges.is_empty() {
         return Ok(report);
     }

@@ -403,13 +403,13 @@ impl Zram {
         r
     }
 
-    /// Moves written-back objects out of the backing store's sparse segments, so that
-    /// their space comes back ([`crate::clean`]; beyond the kernel). `ENODEV` without a
+    /// Moves written-back objects out of the backing store's segments at most half live,
+    /// so that their space comes back ([`crate::clean`]; beyond the kernel). `ENODEV` without a
     /// backing store, `EAGAIN` while writeback or recompression runs.
     pub fn clean_backing(&self) -> Result<CleanReport> {
         let backing = self.store.backing().ok_or(Error::NoBackingDev)?.clone();
         let _pp = self.store.post_processing()?;
-        crate::clean::clean(&self.store, &*backing, usize::MAX)
+        crate::clean::clean(&self.store, &*backing, crate::clean::Pick::HalfDead)
     }
 
     /// Freed objects leave holes in zspages: background compaction (when on) looks now.

@@ -13,8 +13,8 @@
 //!   (any write, discard, free or read in between clears it, as the kernel's
 //!   `zram_accessed` clears `ZRAM_PP_SLOT`): otherwise its file copy is freed. No slot ever points at a
 //!   copy that is not on the file, and no slot loses data when the file fails.
-//! - An append that finds the store full (`ENOSPC`) first cleans its sparse segments
-//!   ([`crate::clean`]) and tries once more. A failed append (ENOSPC, EIO) stops the pass
+//! - An append that finds the store full (`ENOSPC`) first cleans its sparsest segments
+//!   ([`crate::clean`]) until they give back the room it needs, and tries again. A failed append (ENOSPC, EIO) stops the pass
 //!   with that error, counted in `wb_failed`; the batch's slots stay in memory.
 //! - With `writeback_limit_enable`, every page takes one unit of `writeback_limit`; when it
 //!   is spent the pass stops with `EIO`, as the kernel's does. Budget taken for slots that
@@ -249,26 +249,38 @@ fn gather(
     Ok(Source::Own(range))
 }
 
-/// Segments a writeback cleans at most when its append finds the store full.
-const CLEAN_WHEN_FULL: usize = 32;
+/// Cleaning passes a writeback runs at most for one append that finds the store full.
+const CLEAN_TRIES: usize = 4;
 
-/// Appends `objects`; when the store is full (`ENOSPC`), cleans its sparse segments
-/// ([`crate::clean`]) and, if that moved anything, tries once more. A failed cleaning
-/// leaves the append's own error to tell.
+/// Bytes a cleaning pass for a full store gives back beyond the append's own (a segment of
+/// the default size): objects are packed into whole segments, so the room comes back in
+/// segments. Where one pass is not enough, the next try cleans the next sparsest; a pass
+/// cleans nothing when the sparsest segments cannot give back that much (a store that is
+/// really full).
+const CLEAN_SLACK: u64 = 1 << 20;
+
+/// Appends `objects`; when the store is full (`ENOSPC`), cleans it ([`crate::clean`],
+/// the sparsest segments until they give back the room the append needs) and tries again,
+/// up to [`CLEAN_TRIES`] times while cleaning moves something. A failed cleaning leaves the
+/// append's own error to tell.
 fn append_or_clean(
     store: &Store,
     backing: &dyn Backing,
     objects: &[&[u8]],
 ) -> std::io::Result<Vec<u64>> {
-    match backing.append(objects) {
-        Err(err) if err.raw_os_error() == Some(libc::ENOSPC) => {
-            match crate::clean::clean(store, backing, CLEAN_WHEN_FULL) {
-                Ok(cleaned) if cleaned.objects > 0 => backing.append(objects),
-                _ => Err(err),
-            }
+    let want = objects.iter().map(|o| o.len() as u64).sum::<u64>() + CLEAN_SLACK;
+    let mut appended = backing.append(objects);
+    for _ in 0..CLEAN_TRIES {
+        match &appended {
+            Err(err) if err.raw_os_error() == Some(libc::ENOSPC) => {}
+            _ => break,
         }
-        appended => appended,
+        match crate::clean::clean(store, backing, crate::clean::Pick::Bytes(want)) {
+            Ok(cleaned) if cleaned.objects > 0 => appended = backing.append(objects),
+            _ => break,
+        }
     }
+    appended
 }
 
 /// Appends the batch's streams to the file and switches the slots that still hold what

@@ -148,19 +148,18 @@ fn fill_clean_refill(zram: &Zram) {
         write(zram, p, &page(p, 1));
     }
     // The pass writes back the first half's 256 pages the first pass left in memory, then
-    // the new ones, until the store is full again: full of live objects this time, the
-    // live quarter having been packed into under two segments.
+    // the new ones, until the store is full again: of live objects this time (the live
+    // quarter moved out of the segments it kept), but for less than a segment (cleaning
+    // gives room back in whole segments, and one stays kept back).
     let full = zram.writeback(&all).expect_err("the store fills up again");
     assert_eq!(full.errno(), libc::ENOSPC, "{full}");
     let after = zram.backing_stats().expect("a backing store");
-    assert_eq!(
-        (after.live_bytes, after.file_bytes),
-        (7 * SEG, 7 * SEG),
-        "{after:?}"
-    );
-    assert_eq!(after.moved_bytes, kept.len() as u64 * PAGE_SIZE as u64);
-    assert_eq!(zram.bd_stat().bd_count, 7 * 256);
-    assert!(written_back(zram, PAGES / 2..PAGES).len() >= 4 * 256);
+    assert_eq!(after.file_bytes, 7 * SEG, "{after:?}");
+    assert!(after.live_bytes > 6 * SEG, "{after:?}");
+    assert!(after.moved_bytes >= 6 * 64 * PAGE_SIZE as u64, "{after:?}");
+    assert_eq!(zram.bd_stat().bd_count, after.live_bytes / PAGE_SIZE as u64);
+    // Without cleaning the store would have taken none of them.
+    assert!(written_back(zram, PAGES / 2..PAGES).len() >= 3 * 256);
     let first_half = written_back(zram, 0..PAGES / 2);
     assert!(kept.iter().all(|p| first_half.contains(p)));
     let discarded = |p: usize| p < PAGES / 2 && first.contains(&p) && !kept.contains(&p);

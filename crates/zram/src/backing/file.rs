@@ -50,7 +50,7 @@ use rustix::fs::{Advice, FallocateFlags};
 
 use super::cache::Cache;
 use super::segments::{Reservation, Segments};
-use super::{Backing, BackingStats, MAX_OBJECT, check_objects, os_error};
+use super::{Backing, BackingStats, MAX_OBJECT, Sparse, check_objects, os_error};
 use crate::PAGE_SIZE;
 
 /// Settings of a [`FileBacking`].
@@ -430,9 +430,14 @@ impl Backing for FileBacking {
         self.append_objects(objects, true)
     }
 
-    fn sparse(&self) -> Vec<std::ops::Range<u64>> {
+    fn sparse(&self) -> Vec<Sparse> {
         let spans = self.segments.lock().sparse();
-        spans.into_iter().map(|(start, end)| start..end).collect()
+        (spans.into_iter())
+            .map(|(start, end, live)| Sparse {
+                range: start..end,
+                live,
+            })
+            .collect()
     }
 
     fn read(&self, offset: u64, out: &mut [u8]) -> io::Result<()> {

@@ -56,11 +56,10 @@ pub trait Backing: Send + Sync + std::fmt::Debug {
         self.append(objects)
     }
 
-    /// Ranges of the store whose objects are worth moving elsewhere (with
-    /// [`append_moved`](Self::append_moved)) so that their space comes back, the most
-    /// worthwhile first; none for a store whose space comes back object by object (the
-    /// default).
-    fn sparse(&self) -> Vec<std::ops::Range<u64>> {
+    /// Ranges of the store holding dead bytes whose space comes back only when their
+    /// objects are moved elsewhere (with [`append_moved`](Self::append_moved)), sparsest
+    /// first; none for a store whose space comes back object by object (the default).
+    fn sparse(&self) -> Vec<Sparse> {
         Vec::new()
     }
 
@@ -77,6 +76,22 @@ pub trait Backing: Send + Sync + std::fmt::Debug {
 
     /// The store's figures.
     fn stats(&self) -> BackingStats;
+}
+
+/// A range of a store ([`Backing::sparse`]) holding `live` bytes of objects among dead ones.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sparse {
+    /// Its bytes: a segment, up to its used end.
+    pub range: std::ops::Range<u64>,
+    /// Bytes of the objects in it.
+    pub live: u64,
+}
+
+impl Sparse {
+    /// The bytes that moving its objects gives back.
+    pub fn dead(&self) -> u64 {
+        (self.range.end - self.range.start).saturating_sub(self.live)
+    }
 }
 
 /// A backing store's figures. Each is counted where its event happens.

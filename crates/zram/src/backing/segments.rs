@@ -161,20 +161,21 @@ impl Segments {
         self.sealed * self.size + open
     }
 
-    /// Sealed segments at most half live, sparsest first, as `(start, used end)` in the
-    /// file: moving their objects elsewhere gives back at least half a segment each. Not
-    /// those cut short by someone else (their objects past the cut cannot be read).
-    pub(super) fn sparse(&self) -> Vec<(u64, u64)> {
+    /// Sealed segments holding dead bytes (objects freed since they were appended),
+    /// sparsest first, as `(start, used end, live bytes)`: moving their objects elsewhere
+    /// gives back the rest. Not those cut short by someone else (their objects past the cut
+    /// cannot be read).
+    pub(super) fn sparse(&self) -> Vec<(u64, u64, u64)> {
         let mut found: Vec<(u64, usize)> = (self.segs.iter().enumerate())
             .filter(|(_, seg)| {
-                seg.state == State::Sealed && seg.lost_from.is_none() && seg.live * 2 <= self.size
+                seg.state == State::Sealed && seg.lost_from.is_none() && seg.live < seg.used
             })
             .map(|(i, seg)| (seg.live, i))
             .collect();
         found.sort_unstable();
         let start = |i: usize| i as u64 * self.size;
         (found.into_iter())
-            .map(|(_, i)| (start(i), start(i) + self.segs[i].used))
+            .map(|(live, i)| (start(i), start(i) + self.segs[i].used, live))
             .collect()
     }
 
@@ -509,15 +510,15 @@ mod tests {
             s.reserve(&[250], false).is_none(),
             "the last segment is kept"
         );
-        // Open segment 2 is not sparse, however empty; sealed 0 (half live) and 1 are.
+        // Open segment 2 is not listed, however empty; sealed 0 (half live) and 1 are.
         for offset in [0, 250, 1000, 1250, 1500, 2000, 2250, 2500] {
             s.release(offset, 250);
         }
-        assert_eq!(s.sparse(), [(1000, 2000), (0, 1000)]);
+        assert_eq!(s.sparse(), [(1000, 2000, 250), (0, 1000, 500)]);
         // Moved objects may take the kept segment; a cut segment is not worth cleaning.
         assert_eq!(s.reserve(&[250, 250], true).unwrap().offsets, [3000, 3250]);
         assert!(s.cut(1600).is_empty());
-        assert_eq!(s.sparse(), [(0, 1000)]);
+        assert_eq!(s.sparse(), [(0, 1000, 500)]);
         // Unbounded and small stores keep nothing back.
         let mut s = Segments::new(SEG, Some(KEEP_FROM - 1));
         assert!(s.reserve(&[1000; KEEP_FROM - 1], false).is_some());
