@@ -1,6 +1,7 @@
 //! `zramd-lab bench` (which `zramd bench` runs): the lab's measurements, each printing
 //! figures measured side by side.
 
+mod churn;
 mod cold;
 mod dedup;
 mod device;
@@ -28,6 +29,9 @@ enum What {
     Pool(pool::Args),
     /// Memory gone cold: recompression and writeback of idle slots, read-back latencies.
     Cold(cold::Args),
+    /// Writeback on a backing store of fixed room while the data changes: rounds that pass
+    /// or fail, cleaning's bytes moved, pages held against the kernel's format.
+    Churn(churn::Args),
     /// zramd against `nbdkit memory` over NBD: throughput and server RSS.
     Nbd(nbd::Args),
     /// The seeds' workload: ext4 on the device, untar, delete directories, next to the
@@ -49,6 +53,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     match &args.what {
         Some(What::Pool(a)) => pool::run(a),
         Some(What::Cold(a)) => cold::run(a),
+        Some(What::Churn(a)) => churn::run(a),
         Some(What::Nbd(a)) => nbd::run(a),
         Some(What::Untar(a)) => untar::run(a),
         Some(What::Dedup(a)) => dedup::run(a),
