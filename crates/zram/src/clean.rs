@@ -91,14 +91,14 @@ fn choose(sparse: Vec<Sparse>, pick: Pick) -> Vec<Range<u64>> {
             .collect(),
         Pick::Bytes(want) => {
             let mut freed = 0;
-            let picked: Vec<Range<u64>> = (sparse.into_iter().take(MAX_PICKED))
-                .take_while(|s| {
-                    let more = freed < want;
-                    freed += s.dead();
-                    more
-                })
-                .map(|s| s.range)
-                .collect();
+            let mut picked = Vec::new();
+            for s in sparse.into_iter().take(MAX_PICKED) {
+                if freed >= want {
+                    break;
+                }
+                freed += s.dead();
+                picked.push(s.range);
+            }
             // Moving what cannot give the room back would only cost (a store that is
             // really full).
             if freed < want { Vec::new() } else { picked }
@@ -235,4 +235,47 @@ fn switch(store: &Store, backing: &dyn Backing, h: &Held, new: u64) -> u64 {
         }
     }
     switched
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sparse(list: &[(u64, u64)]) -> Vec<Sparse> {
+        (list.iter().enumerate())
+            .map(|(i, &(used, live))| {
+                let start = i as u64 * 1000;
+                Sparse {
+                    range: start..start + used,
+                    live,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_pass_on_demand_takes_half_dead_segments_a_full_store_what_gives_the_room() {
+        // Sparsest first, as the store lists them: dead 900, 700, 500, 200, 100.
+        let list = sparse(&[
+            (1000, 100),
+            (1000, 300),
+            (1000, 500),
+            (1000, 800),
+            (1000, 900),
+        ]);
+        assert_eq!(
+            choose(list.clone(), Pick::HalfDead),
+            [0..1000, 1000..2000, 2000..3000]
+        );
+        assert_eq!(choose(list.clone(), Pick::Bytes(900)), vec![0..1000]);
+        assert_eq!(
+            choose(list.clone(), Pick::Bytes(901)),
+            [0..1000, 1000..2000]
+        );
+        assert_eq!(choose(list.clone(), Pick::Bytes(2400)).len(), 5);
+        // Not enough dead bytes anywhere: nothing is moved for nothing.
+        assert!(choose(list, Pick::Bytes(2401)).is_empty());
+        let many = sparse(&[(1000, 990); MAX_PICKED + 1]);
+        assert!(choose(many, Pick::Bytes(10 * MAX_PICKED as u64 + 1)).is_empty());
+    }
 }
