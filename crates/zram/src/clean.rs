@@ -27,10 +27,13 @@
 //! - A switched slot keeps all but its handle: flags, priority and access time (cleaning is
 //!   not an access). `bd_stat` does not move; the store counts the bytes moved
 //!   ([`BackingStats::moved_bytes`](crate::backing::BackingStats::moved_bytes)).
-//! - One append per segment cleaned. An object that cannot be read stays where it is (its
-//!   slots read the same error as before); an append that finds no room ends the pass with
-//!   what was moved so far; any other failed append ends it with the error. Neither loses
-//!   or changes a slot.
+//! - One append per segment cleaned, and only of a segment all of whose live objects the
+//!   pass holds and has read (their bytes are the segment's live bytes,
+//!   [`Backing::live_in`]): moving part of one would take room without giving it back. An
+//!   object that cannot be read stays where it is (its slots read the same error as before),
+//!   and so do the other objects of its segment; an append that finds no room ends the pass
+//!   with what was moved so far; any other failed append ends it with the error. Neither
+//!   loses or changes a slot.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -54,6 +57,10 @@ pub struct CleanReport {
     pub bytes: u64,
     /// Objects left where they were because they could not be read.
     pub unreadable: u64,
+    /// Segments left as they were because not all their objects could be moved (some
+    /// unreadable, or not found): moving the rest would not give them back.
+    #[serde(default)]
+    pub segments_left: u64,
 }
 
 /// The objects found in one sparse range: (offset, length) → the slots naming it.
@@ -115,9 +122,16 @@ pub(crate) fn clean(store: &Store, backing: &dyn Backing, pick: Pick) -> Result<
         return Ok(report);
     }
     let mut buf = Vec::new();
-    for objects in find(store, &ranges) {
+    for (range, objects) in ranges.iter().zip(find(store, &ranges)) {
         let held = hold_and_read(store, backing, objects, &mut buf, &mut report);
-        if held.is_empty() {
+        let held_bytes: u64 = held.iter().map(|h| h.len as u64).sum();
+        // Moving only part of a segment's objects (some unreadable, or held by something no
+        // slot scan finds) would take room without giving the segment back.
+        if held.is_empty() || backing.live_in(range.clone()) != Some(held_bytes) {
+            for h in &held {
+                store.shared_copies.release(backing, h.offset, h.len);
+            }
+            report.segments_left += u64::from(!held.is_empty());
             continue;
         }
         let streams: Vec<&[u8]> = held.iter().map(|h| &buf[h.range.clone()]).collect();

@@ -124,8 +124,9 @@ pub enum Error {
     /// `writeback_limit` is enabled and spent.
     #[error("writeback limit reached")]
     WritebackLimit,
-    /// Writeback or recompression is already running on the device.
-    #[error("writeback or recompression is already running")]
+    /// Writeback, recompression or cleaning of the backing file is already running on the
+    /// device.
+    #[error("writeback, recompression or backing-file cleaning is already running")]
     Busy,
     /// A malformed argument to `idle`, `writeback`, `recompress` or `recomp_algorithm`.
     #[error("invalid argument {0:?}")]

@@ -11,9 +11,12 @@ mod common;
 mod loopdev;
 
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::Once;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use common::random;
+use zram::backing::{Backing, BackingStats, FileBacking, FileOptions, Sparse};
 use zram::slot::Flags;
 use zram::{Mode, PAGE_SIZE, WritebackRequest, Zram, ZramConfig};
 
@@ -295,5 +298,100 @@ fn cleaning_races_writes_discards_and_reads_without_losing_data() {
         versions
     });
     check(&zram, PAGES, |p| versions[p].map(|v| page(p, v)));
+    discard_all_and_check_empty(&zram, PAGES);
+}
+
+/// A file store whose reads fail with `EIO`, while `failing` is on, past the first quarter
+/// of each segment.
+#[derive(Debug)]
+struct FlakyReads {
+    inner: FileBacking,
+    failing: AtomicBool,
+}
+
+impl Backing for FlakyReads {
+    fn append(&self, objects: &[&[u8]]) -> std::io::Result<Vec<u64>> {
+        self.inner.append(objects)
+    }
+    fn append_moved(&self, objects: &[&[u8]]) -> std::io::Result<Vec<u64>> {
+        self.inner.append_moved(objects)
+    }
+    fn sparse(&self) -> Vec<Sparse> {
+        self.inner.sparse()
+    }
+    fn live_in(&self, range: std::ops::Range<u64>) -> Option<u64> {
+        self.inner.live_in(range)
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()> {
+        if self.failing.load(Relaxed) && offset % SEG >= SEG / 4 {
+            return Err(std::io::Error::from_raw_os_error(libc::EIO));
+        }
+        self.inner.read(offset, out)
+    }
+    fn free(&self, offset: u64, len: usize) {
+        self.inner.free(offset, len);
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        self.inner.sync()
+    }
+    fn stats(&self) -> BackingStats {
+        self.inner.stats()
+    }
+}
+
+#[test]
+fn a_segment_not_all_of_whose_objects_can_be_read_is_left_whole() {
+    limit_file_size();
+    let dir = tempdir();
+    let path = dir.path().join("backing");
+    std::fs::File::create(&path).expect("backing file");
+    let flaky = Arc::new(FlakyReads {
+        inner: FileBacking::open(&path, FileOptions::default()).expect("open"),
+        failing: AtomicBool::new(false),
+    });
+    const PAGES: usize = 2048;
+    let zram = Zram::with_backing(
+        ZramConfig {
+            disksize: (PAGES * PAGE_SIZE) as u64,
+            writeback_batch_size: 16,
+            auto_compact: None,
+            ..ZramConfig::default()
+        },
+        Some(flaky.clone()),
+    )
+    .expect("a device on the flaky store");
+    for p in 0..PAGES {
+        write(&zram, p, &page(p, 0));
+    }
+    let all = WritebackRequest::mode(Mode::Any);
+    assert_eq!(
+        zram.writeback(&all).map_err(|e| e.errno()),
+        Err(libc::ENOSPC)
+    );
+    let first = written_back(&zram, 0..PAGES);
+    let kept: Vec<usize> = first.iter().copied().step_by(4).collect();
+    for &p in first.iter().filter(|p| !kept.contains(p)) {
+        zram.discard((p * PAGE_SIZE) as u64, PAGE_SIZE as u64)
+            .expect("discard");
+    }
+    // Every sealed segment keeps objects past its first quarter, which cannot be read now:
+    // moving the others would use up the kept segment and give no segment back.
+    flaky.failing.store(true, Relaxed);
+    let r = zram.clean_backing().expect("clean");
+    assert_eq!((r.objects, r.segments), (0, 0), "{r:?}");
+    assert!(r.segments_left >= 6 && r.unreadable > 0, "{r:?}");
+    assert_eq!(zram.backing_stats().expect("stats").moved_bytes, 0);
+    // Once reads work again, the store is cleaned and takes the pages left in memory.
+    flaky.failing.store(false, Relaxed);
+    let r = zram.clean_backing().expect("clean");
+    assert!(r.segments >= 6, "{r:?}");
+    zram.writeback(&all).expect("writeback after cleaning");
+    assert_eq!(
+        zram.bd_stat().bd_count as usize,
+        kept.len() + PAGES - first.len()
+    );
+    check(&zram, PAGES, |p| {
+        (!first.contains(&p) || kept.contains(&p)).then(|| page(p, 0))
+    });
     discard_all_and_check_empty(&zram, PAGES);
 }

@@ -165,6 +165,9 @@ pub struct Cleaned {
     /// The pass's figures.
     #[serde(flatten)]
     pub report: zram::CleanReport,
+    /// Why the pass did not run (all devices asked for: busy, say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 impl Response {
@@ -215,15 +218,22 @@ pub fn handle(registry: &Registry, request: &Request) -> Response {
         } => match initialized(registry, name.as_deref()) {
             Ok(zrams) => {
                 let mut cleaned = Vec::new();
+                // All devices: one without a backing file is left out, one that is busy
+                // (or fails) says so in its entry and the others go on.
                 for (device, z) in zrams.iter().filter(|_| *backing) {
-                    match z.clean_backing() {
-                        Ok(report) => cleaned.push(Cleaned {
-                            device: device.clone(),
-                            report,
-                        }),
-                        Err(zram::Error::NoBackingDev) if name.is_none() => {}
-                        Err(e) => return Response::error(format!("{device}: {e}")),
-                    }
+                    let (report, error) = match z.clean_backing() {
+                        Ok(report) => (report, None),
+                        Err(zram::Error::NoBackingDev) if name.is_none() => continue,
+                        Err(e) if name.is_some() => {
+                            return Response::error(format!("{device}: {e}"));
+                        }
+                        Err(e) => (zram::CleanReport::default(), Some(e.to_string())),
+                    };
+                    cleaned.push(Cleaned {
+                        device: device.clone(),
+                        report,
+                        error,
+                    });
                 }
                 Response {
                     pages_freed: Some(zrams.iter().map(|(_, z)| z.compact()).sum()),

@@ -372,15 +372,20 @@ fn cli_main() -> anyhow::Result<()> {
         } => {
             let r = control::call(&control.path(), &Request::Compact { device, backing })?;
             for c in &r.cleaned {
+                if let Some(error) = &c.error {
+                    println!("{}: backing file not cleaned: {error}", c.device);
+                    continue;
+                }
                 let (r, size) = (&c.report, zramd::human::size);
                 println!(
-                    "{}: backing file: {} objects ({}, {} slots) moved out of {} sparse segments, {} unreadable left",
+                    "{}: backing file: {} objects ({}, {} slots) moved out of {} sparse segments, {} unreadable left ({} segments kept whole)",
                     c.device,
                     r.objects,
                     size(r.bytes),
                     r.slots,
                     r.segments,
-                    r.unreadable
+                    r.unreadable,
+                    r.segments_left
                 );
             }
             println!("{} pages freed", r.pages_freed.unwrap_or(0));

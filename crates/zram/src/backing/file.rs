@@ -440,6 +440,10 @@ impl Backing for FileBacking {
             .collect()
     }
 
+    fn live_in(&self, range: std::ops::Range<u64>) -> Option<u64> {
+        self.segments.lock().live_in(range.start, range.end)
+    }
+
     fn read(&self, offset: u64, out: &mut [u8]) -> io::Result<()> {
         self.counters.reads.fetch_add(1, Relaxed);
         if out.is_empty() {

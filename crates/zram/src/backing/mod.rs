@@ -63,6 +63,13 @@ pub trait Backing: Send + Sync + std::fmt::Debug {
         Vec::new()
     }
 
+    /// Bytes of the live objects in `range`, a range [`sparse`](Self::sparse) listed, while
+    /// it is still such a range (`None` after, and for a store that lists none).
+    fn live_in(&self, range: std::ops::Range<u64>) -> Option<u64> {
+        let _ = range;
+        None
+    }
+
     /// Reads the object of `out.len()` bytes at `offset` (as [`append`](Self::append)
     /// returned it). A short read (a truncated file) is an error, never wrong bytes, also
     /// after the store's own appends have grown a file someone else cut back over the cut.
