@@ -10,8 +10,8 @@
 //! packed (a bounded store keeps a segment back for that, so a full one can still be
 //! cleaned), and points each slot naming one at its new copy; the old copies are freed, and
 //! with the last of them their segment. A pass on demand takes the segments at most half
-//! live ([`Pick::HalfDead`]); writeback that finds the store full takes the sparsest, however
-//! live, until they give back the room it needs ([`Pick::Bytes`]).
+//! live (`Pick::HalfDead`); writeback that finds the store full takes the sparsest, however
+//! live, until they give back the room it needs (`Pick::Bytes`).
 //!
 //! # Rules
 //!
@@ -30,7 +30,8 @@
 //! - One append per segment cleaned, and only of a segment all of whose live objects the
 //!   pass holds and has read (their bytes are the segment's live bytes,
 //!   [`Backing::live_in`]): moving part of one would take room without giving it back. An
-//!   object that cannot be read stays where it is (its slots read the same error as before),
+//!   object that cannot be read, or whose bytes are not those written (the check its slots
+//!   keep), stays where it is (its slots read the same error as before),
 //!   and so do the other objects of its segment; an append that finds no room ends the pass
 //!   with what was moved so far; any other failed append ends it with the error. Neither
 //!   loses or changes a slot.
@@ -38,9 +39,9 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 
-use crate::backing::{Backing, Sparse};
+use crate::backing::{Backing, Sparse, read_checked};
 use crate::error::{Error, Result};
-use crate::slot::{Flags, SlotEntry};
+use crate::slot::{Flags, SlotEntry, wb_check_of, wb_handle, wb_offset};
 use crate::store::Store;
 
 /// What a cleaning pass did.
@@ -55,7 +56,8 @@ pub struct CleanReport {
     pub slots: u64,
     /// Bytes moved.
     pub bytes: u64,
-    /// Objects left where they were because they could not be read.
+    /// Objects left where they were because they could not be read (or read back other
+    /// bytes than those written).
     pub unreadable: u64,
     /// Segments left as they were because not all their objects could be moved (some
     /// unreadable, or not found): moving the rest would not give them back.
@@ -63,11 +65,14 @@ pub struct CleanReport {
     pub segments_left: u64,
 }
 
-/// The objects found in one sparse range: (offset, length) → the slots naming it.
+/// The objects found in one sparse range: (handle, length) → the slots naming it (a
+/// written-back slot's handle is the object's offset and the check of its bytes,
+/// `slot::wb_handle`).
 type Objects = BTreeMap<(u64, usize), Vec<usize>>;
 
 /// An object the pass holds and has read, at `range` of the segment's buffer.
 struct Held {
+    handle: u64,
     offset: u64,
     len: usize,
     slots: Vec<usize>,
@@ -180,9 +185,10 @@ fn find(store: &Store, ranges: &[Range<u64>]) -> Vec<Objects> {
         if !e.flags.contains(Flags::WB) {
             continue;
         }
-        let at = by_start.partition_point(|&(start, _, _)| start <= e.handle);
+        let offset = wb_offset(e.handle);
+        let at = by_start.partition_point(|&(start, _, _)| start <= offset);
         if let Some(&(_, end, n)) = at.checked_sub(1).map(|i| &by_start[i])
-            && e.handle < end
+            && offset < end
         {
             found[n].entry((e.handle, e.len)).or_default().push(index);
         }
@@ -201,9 +207,10 @@ fn hold_and_read(
 ) -> Vec<Held> {
     buf.clear();
     let mut held = Vec::new();
-    for ((offset, len), slots) in objects {
+    for ((handle, len), slots) in objects {
+        let offset = wb_offset(handle);
         let names =
-            |e: SlotEntry| e.flags.contains(Flags::WB) && e.handle == offset && e.len == len;
+            |e: SlotEntry| e.flags.contains(Flags::WB) && e.handle == handle && e.len == len;
         let holds = slots.iter().any(|&index| {
             let g = store.lock(index);
             let named = names(g.get());
@@ -218,13 +225,15 @@ fn hold_and_read(
         }
         let range = buf.len()..buf.len() + len;
         buf.resize(range.end, 0);
-        if backing.read(offset, &mut buf[range.clone()]).is_err() {
+        // A read that fails, or bytes that are not those written (`read_checked`).
+        if read_checked(backing, handle, &mut buf[range.clone()]).is_err() {
             buf.truncate(range.start);
             store.shared_copies.release(backing, offset, len);
             report.unreadable += 1;
             continue;
         }
         held.push(Held {
+            handle,
             offset,
             len,
             slots,
@@ -240,9 +249,10 @@ fn switch(store: &Store, backing: &dyn Backing, h: &Held, new: u64) -> u64 {
     for &index in &h.slots {
         let mut g = store.lock(index);
         let e = g.get();
-        if e.flags.contains(Flags::WB) && e.handle == h.offset && e.len == h.len {
+        if e.flags.contains(Flags::WB) && e.handle == h.handle && e.len == h.len {
             store.shared_copies.hold(new);
-            g.set(SlotEntry { handle: new, ..e });
+            let handle = wb_handle(new, wb_check_of(h.handle));
+            g.set(SlotEntry { handle, ..e });
             // Not the old copy's last holder: the pass holds it too.
             store.shared_copies.release(backing, h.offset, h.len);
             switched += 1;

@@ -20,15 +20,22 @@ pub(crate) fn stream_of(store: &Store, g: &SlotGuard<'_>, buf: &mut Vec<u8>) -> 
 }
 
 /// Switches the locked slot, whose stream was written to the backing file at
-/// `offset`, to that copy: its objects are freed (its handle, when the object is shared),
-/// its data stays counted. `wrote`: the copy was written for it (`bd_writes` and
-/// `bd_write_bytes` count it), rather than for another slot naming the same shared object.
-pub(crate) fn switch_to_backing(store: &Store, g: &mut SlotGuard<'_>, offset: u64, wrote: bool) {
+/// `offset` (its bytes' check `check`, `slot::wb_check`), to that copy: its objects are
+/// freed (its handle, when the object is shared), its data stays counted. `wrote`: the
+/// copy was written for it (`bd_writes` and `bd_write_bytes` count it), rather than for
+/// another slot naming the same shared object.
+pub(crate) fn switch_to_backing(
+    store: &Store,
+    g: &mut SlotGuard<'_>,
+    offset: u64,
+    check: u64,
+    wrote: bool,
+) {
     let e = g.get();
     let pages = store.pages(g.index());
     store.drop_stream(e, pages);
     g.set(SlotEntry {
-        handle: offset,
+        handle: crate::slot::wb_handle(offset, check),
         len: e.len,
         flags: Flags::WB,
         prio: e.prio,

@@ -2,7 +2,10 @@
 //! device's `unit_size` is larger, see `store.rs`), and the per-slot locks.
 //!
 //! An entry is two words. `handle` holds the zsmalloc handle of the slot's object (of a
-//! unit's first object), or the fill word of a same-filled page or unit. `info` packs, from
+//! unit's first object), or the fill word of a same-filled page or unit, or for a
+//! written-back slot its object's offset in the backing file (the low [`WB_OFFSET_BITS`]
+//! bits) and a check of the object's bytes (the [`WB_CHECK_BITS`] bits above: xxh3's low
+//! bits), which a read of the file verifies ([`wb_handle`], [`wb_offset`], [`wb_check`]). `info` packs, from
 //! bit 0: the stored length (18 bits, 0..=131072, the largest unit), the flags ([`Flags`], 8 bits), the compression priority (2 bits) and, from bit
 //! 32, the last access time in seconds since the device started (for idle tracking).
 //!
@@ -63,6 +66,37 @@ impl Flags {
     pub fn bits(self) -> u8 {
         self.0
     }
+}
+
+/// Bits of a written-back slot's `handle` holding its object's offset in the backing file:
+/// stores give offsets below `1 << WB_OFFSET_BITS` (16 TiB, `backing::MAX_OFFSET`).
+pub const WB_OFFSET_BITS: u32 = 44;
+/// Bits above them holding the check of the object's bytes.
+pub const WB_CHECK_BITS: u32 = 64 - WB_OFFSET_BITS;
+const WB_OFFSET_MASK: u64 = (1 << WB_OFFSET_BITS) - 1;
+const WB_CHECK_MASK: u64 = (1 << WB_CHECK_BITS) - 1;
+const _: () = assert!(WB_OFFSET_BITS + WB_CHECK_BITS == u64::BITS);
+
+/// The check of a written-back object's bytes, as its slot's handle keeps it.
+pub fn wb_check(bytes: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(bytes) & WB_CHECK_MASK
+}
+
+/// A written-back slot's handle: the object's offset (below `1 << WB_OFFSET_BITS`) and the
+/// check of its bytes ([`wb_check`]).
+pub fn wb_handle(offset: u64, check: u64) -> u64 {
+    debug_assert!(offset <= WB_OFFSET_MASK && check <= WB_CHECK_MASK);
+    (offset & WB_OFFSET_MASK) | (check << WB_OFFSET_BITS)
+}
+
+/// The object's offset in the backing file, from a written-back slot's handle.
+pub fn wb_offset(handle: u64) -> u64 {
+    handle & WB_OFFSET_MASK
+}
+
+/// The check of the object's bytes, from a written-back slot's handle.
+pub fn wb_check_of(handle: u64) -> u64 {
+    handle >> WB_OFFSET_BITS
 }
 
 const LEN_BITS: u32 = 18;

@@ -391,7 +391,7 @@ impl Store {
             return crate::chain::read(&*self.pool, Handle::from_raw(e.handle), out);
         }
         let backing = self.backing.as_ref().ok_or(Error::NoBackingDev)?;
-        match backing.read(e.handle, out) {
+        match crate::backing::read_checked(&**backing, e.handle, out) {
             Ok(()) => {
                 Counters::add(&self.counters.bd_reads, self.pages(index));
                 Ok(())
@@ -472,7 +472,8 @@ impl Store {
         let pages = self.pages(g.index());
         if e.flags.contains(Flags::WB) {
             if let Some(backing) = &self.backing {
-                self.shared_copies.release(&**backing, e.handle, e.len);
+                let offset = crate::slot::wb_offset(e.handle);
+                self.shared_copies.release(&**backing, offset, e.len);
             }
             Counters::sub(&self.counters.bd_count, pages);
             Counters::sub(&self.counters.pages_stored, pages);

@@ -94,6 +94,8 @@ struct Copy {
     /// The object's key (id, stream length).
     key: (u64, usize),
     len: usize,
+    /// The check of its bytes (`slot::wb_check`).
+    check: u64,
     place: Place,
     /// `bd_writes` and the report counted it (with the first slot switched to it).
     counted: bool,
@@ -241,6 +243,7 @@ fn gather(
         shares.copies.push(Copy {
             key,
             len: e.len,
+            check: crate::slot::wb_check(stream),
             place: Place::Batch(range),
             counted: false,
         });
@@ -346,12 +349,17 @@ fn flush(
     let mut touched = Vec::new();
     for (item, own) in batch.drain(..).zip(own) {
         let pages = store.pages(item.index);
+        // The copy's offset, length, check, and shared copy if it is one.
         let target = match item.source {
-            Source::Own(range) => own.map(|offset| (offset, range.len(), None)),
+            Source::Own(range) => own.map(|offset| {
+                let check = crate::slot::wb_check(&buf[range.clone()]);
+                (offset, range.len(), check, None)
+            }),
             Source::Shared { n, .. } => {
                 touched.push(n);
-                match shares.copies[n].place {
-                    Place::File(offset) => Some((offset, shares.copies[n].len, Some(n))),
+                let copy = &shares.copies[n];
+                match copy.place {
+                    Place::File(offset) => Some((offset, copy.len, copy.check, Some(n))),
                     _ => None,
                 }
             }
@@ -360,7 +368,7 @@ fn flush(
         // `PP` still set: nothing wrote, freed or read the slot since it was gathered (each
         // clears it), so it holds what went to the file and still qualifies.
         let pp = g.get().flags.contains(Flags::PP);
-        if let Some((offset, len, shared)) = target
+        if let Some((offset, len, check, shared)) = target
             && pp
         {
             let wrote = match shared {
@@ -370,7 +378,7 @@ fn flush(
                     !std::mem::replace(&mut shares.copies[n].counted, true)
                 }
             };
-            post::switch_to_backing(store, &mut g, offset, wrote);
+            post::switch_to_backing(store, &mut g, offset, check, wrote);
             report.slots += 1;
             report.pages += pages;
             if wrote {
@@ -385,7 +393,7 @@ fn flush(
             post::set_flag(&mut g, Flags::PP, false);
         }
         drop(g);
-        if let Some((offset, len, None)) = target {
+        if let Some((offset, len, _, None)) = target {
             backing.free(offset, len);
         }
         store.wb_limit().refund(pages, item.charged);

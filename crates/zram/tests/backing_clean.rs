@@ -301,12 +301,13 @@ fn cleaning_races_writes_discards_and_reads_without_losing_data() {
     discard_all_and_check_empty(&zram, PAGES);
 }
 
-/// A file store whose reads fail with `EIO`, while `failing` is on, past the first quarter
-/// of each segment.
+/// A file store whose reads, past the first quarter of each segment, fail with `EIO` while
+/// `failing` is on, and return a flipped byte while `spoiling` is on.
 #[derive(Debug)]
 struct FlakyReads {
     inner: FileBacking,
     failing: AtomicBool,
+    spoiling: AtomicBool,
 }
 
 impl Backing for FlakyReads {
@@ -323,10 +324,15 @@ impl Backing for FlakyReads {
         self.inner.live_in(range)
     }
     fn read(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()> {
-        if self.failing.load(Relaxed) && offset % SEG >= SEG / 4 {
+        let past = offset % SEG >= SEG / 4;
+        if self.failing.load(Relaxed) && past {
             return Err(std::io::Error::from_raw_os_error(libc::EIO));
         }
-        self.inner.read(offset, out)
+        self.inner.read(offset, out)?;
+        if self.spoiling.load(Relaxed) && past {
+            out[0] ^= 1;
+        }
+        Ok(())
     }
     fn free(&self, offset: u64, len: usize) {
         self.inner.free(offset, len);
@@ -340,7 +346,7 @@ impl Backing for FlakyReads {
 }
 
 #[test]
-fn a_segment_not_all_of_whose_objects_can_be_read_is_left_whole() {
+fn a_segment_not_all_of_whose_objects_read_right_is_left_whole() {
     limit_file_size();
     let dir = tempdir();
     let path = dir.path().join("backing");
@@ -348,6 +354,7 @@ fn a_segment_not_all_of_whose_objects_can_be_read_is_left_whole() {
     let flaky = Arc::new(FlakyReads {
         inner: FileBacking::open(&path, FileOptions::default()).expect("open"),
         failing: AtomicBool::new(false),
+        spoiling: AtomicBool::new(false),
     });
     const PAGES: usize = 2048;
     let zram = Zram::with_backing(
@@ -381,8 +388,22 @@ fn a_segment_not_all_of_whose_objects_can_be_read_is_left_whole() {
     assert_eq!((r.objects, r.segments), (0, 0), "{r:?}");
     assert!(r.segments_left >= 6 && r.unreadable > 0, "{r:?}");
     assert_eq!(zram.backing_stats().expect("stats").moved_bytes, 0);
-    // Once reads work again, the store is cleaned and takes the pages left in memory.
+    // Bytes that are not those written (the check each slot keeps) are no better.
     flaky.failing.store(false, Relaxed);
+    flaky.spoiling.store(true, Relaxed);
+    let r = zram.clean_backing().expect("clean");
+    assert_eq!((r.objects, r.segments), (0, 0), "{r:?}");
+    assert!(r.segments_left >= 6 && r.unreadable > 0, "{r:?}");
+    let spoilt = kept.iter().find(|&&p| {
+        let offset = zram::slot::wb_offset(zram.slot(p).expect("slot").handle);
+        offset % SEG >= SEG / 4
+    });
+    let p = *spoilt.expect("a kept page past a segment's first quarter");
+    let mut out = vec![0; PAGE_SIZE];
+    let read = zram.read((p * PAGE_SIZE) as u64, &mut out);
+    assert_eq!(read.map_err(|e| e.errno()), Err(libc::EIO), "page {p}");
+    // Once reads work again, the store is cleaned and takes the pages left in memory.
+    flaky.spoiling.store(false, Relaxed);
     let r = zram.clean_backing().expect("clean");
     assert!(r.segments >= 6, "{r:?}");
     zram.writeback(&all).expect("writeback after cleaning");

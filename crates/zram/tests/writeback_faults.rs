@@ -1,6 +1,7 @@
 //! Writeback to a real backing file that goes wrong under the device: a filesystem that
 //! fills up (`ENOSPC`), a FUSE-served file that fails (`EIO`, injected by nbdkit's error
-//! filter), a file truncated or removed while in use, and backing paths that are no file.
+//! filter), a file truncated, truncated and grown back, overwritten or removed while in
+//! use, and backing paths that are no file.
 //!
 //! Each test stores known pages (text that compresses, random pages stored raw, same-filled
 //! pages), writes idle ones back through `Zram::new`'s own `FileBacking`, and checks every
@@ -221,7 +222,7 @@ fn a_full_filesystem_stops_writeback_with_enospc_and_loses_nothing() {
     let first: Vec<usize> = wb
         .iter()
         .copied()
-        .filter(|&p| zram.slot(p).unwrap().handle < 2 * SEG)
+        .filter(|&p| zram::slot::wb_offset(zram.slot(p).unwrap().handle) < 2 * SEG)
         .collect();
     for &p in &first {
         zram.discard((p * PAGE_SIZE) as u64, PAGE_SIZE as u64)
@@ -445,6 +446,48 @@ fn a_file_truncated_under_the_device_reads_as_eio_never_as_other_bytes() {
         image[b * PAGE_SIZE..(b + 1) * PAGE_SIZE].fill(0);
         assert_eq!(read_all_or_eio(&zram, &image, &[a, b]), 0);
         assert_eq!(check_accounts(&zram, pages).len(), wb.len() - 2);
+    }
+}
+
+#[test]
+fn a_file_cut_and_grown_back_or_overwritten_from_outside_reads_as_eio() {
+    for readahead in [true, false] {
+        let dir = tempdir();
+        let path = dir.path().join("backing");
+        File::create(&path).expect("create");
+        let pages = 256;
+        let (zram, image) = device(&path, pages, readahead);
+        mark_idle_but(&zram, &image, |p| p % 4 == 0);
+        zram.writeback(&idle()).expect("writeback");
+        let wb = check_accounts(&zram, pages);
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .expect("open");
+        let len = file.metadata().expect("stat").len();
+        // Another program cuts the file in half and grows it back (the second half reads
+        // as zeroes), and writes over 100 bytes of the first half.
+        file.set_len(len / 2)
+            .and_then(|()| file.set_len(len))
+            .expect("cut and grow");
+        std::os::unix::fs::FileExt::write_all_at(&file, &[0x5A; 100], len / 4).expect("write");
+        let offset = |p: usize| zram::slot::wb_offset(zram.slot(p).expect("slot").handle);
+        let spoilt = |p: &usize| {
+            let (start, end) = (
+                offset(*p),
+                offset(*p) + zram.slot(*p).expect("slot").len as u64,
+            );
+            end > len / 2 || (start < len / 4 + 100 && end > len / 4)
+        };
+        let expected = wb.iter().filter(|p| spoilt(p)).count() as u64;
+        assert!(expected > 2, "{expected} of {} pages", wb.len());
+        // Every page reads right or fails with EIO (`read_page` fails on wrong bytes);
+        // exactly the spoilt ones fail.
+        assert_eq!(
+            read_all_or_eio(&zram, &image, &wb),
+            expected,
+            "readahead {readahead}"
+        );
     }
 }
 

@@ -50,7 +50,7 @@ use rustix::fs::{Advice, FallocateFlags};
 
 use super::cache::Cache;
 use super::segments::{Reservation, Segments};
-use super::{Backing, BackingStats, MAX_OBJECT, Sparse, check_objects, os_error};
+use super::{Backing, BackingStats, MAX_OBJECT, MAX_OFFSET, Sparse, check_objects, os_error};
 use crate::PAGE_SIZE;
 
 /// Settings of a [`FileBacking`].
@@ -201,6 +201,9 @@ impl FileBacking {
                 Some(usize::try_from(size / segment_size).unwrap_or(usize::MAX))
             }
         };
+        // Offsets stay below `MAX_OFFSET` (16 TiB), what a written-back slot keeps of one.
+        let most = usize::try_from(MAX_OFFSET / segment_size).unwrap_or(usize::MAX);
+        let capacity = Some(capacity.map_or(most, |c| c.min(most)));
         // The store reads ahead itself (or not, as set): the kernel's own readahead would
         // leave neighbouring bytes in the page cache after every read.
         let _advice_only = rustix::fs::fadvise(&file, 0, None, Advice::Random);

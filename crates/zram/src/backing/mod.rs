@@ -38,6 +38,10 @@ pub use mem::{MAX_READ_HOLD, MemBacking};
 /// The largest object a store holds: a whole slot of the largest `unit_size` stored raw.
 pub const MAX_OBJECT: usize = 128 * 1024;
 
+/// Offsets a store gives are below this (16 TiB): a written-back slot keeps 44 bits of one
+/// (`slot::WB_OFFSET_BITS`), beside a check of the object's bytes.
+pub const MAX_OFFSET: u64 = 1 << crate::slot::WB_OFFSET_BITS;
+
 /// Where written-back data goes.
 pub trait Backing: Send + Sync + std::fmt::Debug {
     /// Stores `objects` (each the compressed stream of one slot, 1..=[`MAX_OBJECT`] bytes)
@@ -136,6 +140,30 @@ pub struct BackingStats {
 /// An error with the errno `errno` (`ENOSPC`, `EIO`, ...).
 pub(crate) fn os_error(errno: i32) -> std::io::Error {
     std::io::Error::from_raw_os_error(errno)
+}
+
+/// Reads the written-back object a slot's `handle` names (`slot::wb_handle`: its offset and
+/// the check of its bytes) into `out`, and verifies the bytes: ones that do not match what
+/// was written (the file changed by another program, or the medium) are an error
+/// (`InvalidData`, `EIO`), never returned.
+pub(crate) fn read_checked(
+    backing: &dyn Backing,
+    handle: u64,
+    out: &mut [u8],
+) -> std::io::Result<()> {
+    let offset = crate::slot::wb_offset(handle);
+    backing.read(offset, out)?;
+    if crate::slot::wb_check(out) != crate::slot::wb_check_of(handle) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "the {} bytes at {offset} of the backing file are not those written there \
+                 (changed by another program, or by the medium)",
+                out.len()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Checks the lengths of `objects` for [`Backing::append`]: `InvalidInput` unless each is
