@@ -30,9 +30,11 @@
 //! - One append per segment cleaned, and only of a segment all of whose live objects the
 //!   pass holds and has read (their bytes are the segment's live bytes,
 //!   [`Backing::live_in`]): moving part of one would take room without giving it back. An
-//!   object that cannot be read, or whose bytes are not those written (the check its slots
-//!   keep), stays where it is (its slots read the same error as before),
-//!   and so do the other objects of its segment; an append that finds no room ends the pass
+//!   object that cannot be read stays where it is (its slots read the same error as
+//!   before), and so do the other objects of its segment (the read may work later). An
+//!   object whose bytes are not those written (the check its slots keep: changed from
+//!   outside) is moved as it is, with that check, so its slots still read `EIO` and its
+//!   segment comes back; an append that finds no room ends the pass
 //!   with what was moved so far; any other failed append ends it with the error. Neither
 //!   loses or changes a slot.
 
@@ -56,9 +58,12 @@ pub struct CleanReport {
     pub slots: u64,
     /// Bytes moved.
     pub bytes: u64,
-    /// Objects left where they were because they could not be read (or read back other
-    /// bytes than those written).
+    /// Objects left where they were because they could not be read.
     pub unreadable: u64,
+    /// Objects moved whose bytes are not those written (changed from outside): moved as
+    /// they are, with the check of those written, so their slots still read `EIO`.
+    #[serde(default)]
+    pub mismatched: u64,
     /// Segments left as they were because not all their objects could be moved (some
     /// unreadable, or not found): moving the rest would not give them back.
     #[serde(default)]
@@ -225,12 +230,19 @@ fn hold_and_read(
         }
         let range = buf.len()..buf.len() + len;
         buf.resize(range.end, 0);
-        // A read that fails, or bytes that are not those written (`read_checked`).
-        if read_checked(backing, handle, &mut buf[range.clone()]).is_err() {
-            buf.truncate(range.start);
-            store.shared_copies.release(backing, offset, len);
-            report.unreadable += 1;
-            continue;
+        // Bytes that are not those written (changed from outside) are moved as they are,
+        // with the check of those written: their slots read `EIO` there as here, and the
+        // segment comes back. A read that fails leaves the object (and its segment) where
+        // it is: it may work later.
+        match read_checked(backing, handle, &mut buf[range.clone()]) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => report.mismatched += 1,
+            Err(_) => {
+                buf.truncate(range.start);
+                store.shared_copies.release(backing, offset, len);
+                report.unreadable += 1;
+                continue;
+            }
         }
         held.push(Held {
             handle,

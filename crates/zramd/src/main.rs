@@ -378,12 +378,13 @@ fn cli_main() -> anyhow::Result<()> {
                 }
                 let (r, size) = (&c.report, zramd::human::size);
                 println!(
-                    "{}: backing file: {} objects ({}, {} slots) moved out of {} sparse segments, {} unreadable left ({} segments kept whole)",
+                    "{}: backing file: {} objects ({}, {} slots) moved out of {} sparse segments ({} of them changed from outside, still reading EIO), {} unreadable left ({} segments kept whole)",
                     c.device,
                     r.objects,
                     size(r.bytes),
                     r.slots,
                     r.segments,
+                    r.mismatched,
                     r.unreadable,
                     r.segments_left
                 );

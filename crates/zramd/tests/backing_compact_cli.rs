@@ -64,7 +64,8 @@ fn compact_backing_moves_objects_and_gives_segments_back() {
         out.lines().next(),
         Some(
             "zram0: backing file: 224 objects (896K, 224 slots) moved out of 7 sparse \
-             segments, 0 unreadable left (0 segments kept whole)"
+             segments (0 of them changed from outside, still reading EIO), 0 unreadable left \
+             (0 segments kept whole)"
         ),
         "{out}"
     );
