@@ -14,8 +14,9 @@
 //!   `zram_accessed` clears `ZRAM_PP_SLOT`): otherwise its file copy is freed. No slot ever points at a
 //!   copy that is not on the file, and no slot loses data when the file fails.
 //! - An append that finds the store full (`ENOSPC`) first cleans its sparsest segments
-//!   ([`crate::clean`]) until they give back the room it needs, and tries again. A failed append (ENOSPC, EIO) stops the pass
-//!   with that error, counted in `wb_failed`; the batch's slots stay in memory.
+//!   ([`crate::clean`]) until they give back the room it needs, and tries again. A failed
+//!   append (ENOSPC, EIO) stops the pass with that error, counted in `wb_failed`; the
+//!   batch's slots stay in memory.
 //! - With `writeback_limit_enable`, every page takes one unit of `writeback_limit`; when it
 //!   is spent the pass stops with `EIO`, as the kernel's does. Budget taken for slots that
 //!   were not switched is given back.
