@@ -135,6 +135,9 @@ fn sparse_segments_come_sparsest_first_and_a_bounded_store_keeps_one_for_them() 
     assert_eq!(s.live_in(2000, 3000), None, "open");
     // Moved objects may take the kept segment; a cut segment is not worth cleaning.
     assert_eq!(s.reserve(&[250, 250], true).unwrap().offsets, [3000, 3250]);
+    // With no segment left, an append that fits in the open segment's rest still goes in.
+    assert_eq!(s.reserve(&[250], false).unwrap().offsets, [3500]);
+    assert!(s.reserve(&[500], false).is_none());
     assert!(s.cut(1600).is_empty());
     assert_eq!(s.sparse(), [(0, 1000, 500)]);
     // Unbounded and small stores keep nothing back.
