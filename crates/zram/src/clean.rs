@@ -41,16 +41,16 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 
-use crate::backing::{Backing, Sparse, read_checked};
+use crate::backing::{Backing, Sparse};
 use crate::error::{Error, Result};
-use crate::slot::{Flags, SlotEntry, wb_check_of, wb_handle, wb_offset};
+use crate::slot::{Flags, SlotEntry, wb_check_of, wb_handle, wb_offset, wb_verify};
 use crate::store::Store;
 
 /// What a cleaning pass did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CleanReport {
-    /// Sparse segments whose objects were moved (some may have stayed: unreadable, or
-    /// named by a slot that changed meanwhile).
+    /// Sparse segments whose objects were moved (all of them: an object whose slots all
+    /// changed meanwhile is freed instead).
     pub segments: u64,
     /// Objects moved.
     pub objects: u64,
@@ -75,13 +75,27 @@ pub struct CleanReport {
 /// `slot::wb_handle`).
 type Objects = BTreeMap<(u64, usize), Vec<usize>>;
 
-/// An object the pass holds and has read, at `range` of the segment's buffer.
+/// An object the pass holds and has read, at `range` of the segment's buffer; `spoilt`:
+/// its bytes are not those written (they fail the check its handle keeps).
 struct Held {
     handle: u64,
-    offset: u64,
     len: usize,
     slots: Vec<usize>,
     range: Range<usize>,
+    spoilt: bool,
+}
+
+impl Held {
+    fn offset(&self) -> u64 {
+        wb_offset(self.handle)
+    }
+}
+
+/// Drops the pass's holds on objects it does not move.
+fn let_go(store: &Store, backing: &dyn Backing, held: &[Held]) {
+    for h in held {
+        store.shared_copies.release(backing, h.offset(), h.len);
+    }
 }
 
 /// Which of the store's sparse ranges a pass cleans.
@@ -138,9 +152,7 @@ pub(crate) fn clean(store: &Store, backing: &dyn Backing, pick: Pick) -> Result<
         // Moving only part of a segment's objects (some unreadable, or held by something no
         // slot scan finds) would take room without giving the segment back.
         if held.is_empty() || backing.live_in(range.clone()) != Some(held_bytes) {
-            for h in &held {
-                store.shared_copies.release(backing, h.offset, h.len);
-            }
+            let_go(store, backing, &held);
             report.segments_left += u64::from(!held.is_empty());
             continue;
         }
@@ -148,9 +160,7 @@ pub(crate) fn clean(store: &Store, backing: &dyn Backing, pick: Pick) -> Result<
         let offsets = match backing.append_moved(&streams) {
             Ok(offsets) => offsets,
             Err(err) => {
-                for h in &held {
-                    store.shared_copies.release(backing, h.offset, h.len);
-                }
+                let_go(store, backing, &held);
                 if err.raw_os_error() == Some(libc::ENOSPC) {
                     break;
                 }
@@ -163,9 +173,10 @@ pub(crate) fn clean(store: &Store, backing: &dyn Backing, pick: Pick) -> Result<
             // The pass's holds: the new copy goes if no slot took it, the old one with
             // the last slot that left it.
             store.shared_copies.release(backing, new, h.len);
-            store.shared_copies.release(backing, h.offset, h.len);
+            store.shared_copies.release(backing, h.offset(), h.len);
             if switched > 0 {
                 report.objects += 1;
+                report.mismatched += u64::from(h.spoilt);
                 report.slots += switched;
                 report.bytes += h.len as u64;
             }
@@ -234,22 +245,23 @@ fn hold_and_read(
         // with the check of those written: their slots read `EIO` there as here, and the
         // segment comes back. A read that fails leaves the object (and its segment) where
         // it is: it may work later.
-        match read_checked(backing, handle, &mut buf[range.clone()]) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => report.mismatched += 1,
+        let out = &mut buf[range.clone()];
+        let spoilt = match (backing.read(offset, out)).and_then(|()| wb_verify(handle, out)) {
+            Ok(()) => false,
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => true,
             Err(_) => {
                 buf.truncate(range.start);
                 store.shared_copies.release(backing, offset, len);
                 report.unreadable += 1;
                 continue;
             }
-        }
+        };
         held.push(Held {
             handle,
-            offset,
             len,
             slots,
             range,
+            spoilt,
         });
     }
     held
@@ -266,7 +278,7 @@ fn switch(store: &Store, backing: &dyn Backing, h: &Held, new: u64) -> u64 {
             let handle = wb_handle(new, wb_check_of(h.handle));
             g.set(SlotEntry { handle, ..e });
             // Not the old copy's last holder: the pass holds it too.
-            store.shared_copies.release(backing, h.offset, h.len);
+            store.shared_copies.release(backing, h.offset(), h.len);
             switched += 1;
         }
     }

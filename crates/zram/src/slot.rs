@@ -99,6 +99,23 @@ pub fn wb_check_of(handle: u64) -> u64 {
     handle >> WB_OFFSET_BITS
 }
 
+/// `bytes`, read from the backing file for the written-back slot with `handle`, are those
+/// written; else `InvalidData` (`EIO`): the file changed (another program, the medium).
+pub fn wb_verify(handle: u64, bytes: &[u8]) -> std::io::Result<()> {
+    if wb_check(bytes) == wb_check_of(handle) {
+        return Ok(());
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!(
+            "the {} bytes at {} of the backing file are not those written there (changed by \
+             another program, or by the medium)",
+            bytes.len(),
+            wb_offset(handle)
+        ),
+    ))
+}
+
 const LEN_BITS: u32 = 18;
 const LEN_MASK: u64 = (1 << LEN_BITS) - 1;
 const FLAGS_SHIFT: u32 = LEN_BITS;

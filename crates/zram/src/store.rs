@@ -391,7 +391,8 @@ impl Store {
             return crate::chain::read(&*self.pool, Handle::from_raw(e.handle), out);
         }
         let backing = self.backing.as_ref().ok_or(Error::NoBackingDev)?;
-        match crate::backing::read_checked(&**backing, e.handle, out) {
+        let offset = crate::slot::wb_offset(e.handle);
+        match (backing.read(offset, out)).and_then(|()| crate::slot::wb_verify(e.handle, out)) {
             Ok(()) => {
                 Counters::add(&self.counters.bd_reads, self.pages(index));
                 Ok(())

@@ -20,6 +20,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context as _, bail};
+use rand::rngs::SmallRng;
+use rand::{Rng as _, SeedableRng as _};
 use zram::{IdleRequest, Mode, WritebackRequest, Zram, ZramConfig};
 
 const PAGE: usize = 4096;
@@ -95,15 +97,12 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         args.rewrite_percent
     );
     let mib = |b: u64| b as f64 / 1048576.0;
-    let mut state = 0x1234_5678_9abc_def1u64;
+    let mut rng = SmallRng::seed_from_u64(0x1234_5678_9abc_def1);
     let (mut failed, mut slot_bytes, mut secs_total) = (0, 0u64, 0.0);
     for round in 0..=args.rounds {
         if round > 0 {
             for _ in 0..args.pages * args.rewrite_percent / 100 {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                let i = (state >> 11) as usize % args.pages;
+                let i = rng.gen_range(0..args.pages);
                 version[i] += 1;
                 zram.write((i * PAGE) as u64, page(i, version[i]))?;
             }

@@ -434,17 +434,11 @@ impl Backing for FileBacking {
     }
 
     fn sparse(&self) -> Vec<Sparse> {
-        let spans = self.segments.lock().sparse();
-        (spans.into_iter())
-            .map(|(start, end, live)| Sparse {
-                range: start..end,
-                live,
-            })
-            .collect()
+        self.segments.lock().sparse()
     }
 
     fn live_in(&self, range: std::ops::Range<u64>) -> Option<u64> {
-        self.segments.lock().live_in(range.start, range.end)
+        self.segments.lock().live_in(range)
     }
 
     fn read(&self, offset: u64, out: &mut [u8]) -> io::Result<()> {

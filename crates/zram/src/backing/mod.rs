@@ -69,8 +69,7 @@ pub trait Backing: Send + Sync + std::fmt::Debug {
 
     /// Bytes of the live objects in `range`, a range [`sparse`](Self::sparse) listed, while
     /// it is still such a range (`None` after, and for a store that lists none).
-    fn live_in(&self, range: std::ops::Range<u64>) -> Option<u64> {
-        let _ = range;
+    fn live_in(&self, _range: std::ops::Range<u64>) -> Option<u64> {
         None
     }
 
@@ -140,30 +139,6 @@ pub struct BackingStats {
 /// An error with the errno `errno` (`ENOSPC`, `EIO`, ...).
 pub(crate) fn os_error(errno: i32) -> std::io::Error {
     std::io::Error::from_raw_os_error(errno)
-}
-
-/// Reads the written-back object a slot's `handle` names (`slot::wb_handle`: its offset and
-/// the check of its bytes) into `out`, and verifies the bytes: ones that do not match what
-/// was written (the file changed by another program, or the medium) are an error
-/// (`InvalidData`, `EIO`), never returned.
-pub(crate) fn read_checked(
-    backing: &dyn Backing,
-    handle: u64,
-    out: &mut [u8],
-) -> std::io::Result<()> {
-    let offset = crate::slot::wb_offset(handle);
-    backing.read(offset, out)?;
-    if crate::slot::wb_check(out) != crate::slot::wb_check_of(handle) {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!(
-                "the {} bytes at {offset} of the backing file are not those written there \
-                 (changed by another program, or by the medium)",
-                out.len()
-            ),
-        ));
-    }
-    Ok(())
 }
 
 /// Checks the lengths of `objects` for [`Backing::append`]: `InvalidInput` unless each is

@@ -41,6 +41,9 @@
 //!   segments it needs are counted before anything is taken.
 
 use std::collections::BTreeSet;
+use std::ops::Range;
+
+use super::Sparse;
 
 /// A store bounded to at least this many segments keeps one back for moved objects.
 pub(super) const KEEP_FROM: usize = 4;
@@ -162,10 +165,10 @@ impl Segments {
     }
 
     /// Sealed segments holding dead bytes (objects freed since they were appended),
-    /// sparsest first, as `(start, used end, live bytes)`: moving their objects elsewhere
-    /// gives back the rest. Not those cut short by someone else (their objects past the cut
-    /// cannot be read).
-    pub(super) fn sparse(&self) -> Vec<(u64, u64, u64)> {
+    /// sparsest first, each up to its used end: moving their objects elsewhere gives back
+    /// the rest. Not those cut short by someone else (their objects past the cut cannot be
+    /// read).
+    pub(super) fn sparse(&self) -> Vec<Sparse> {
         let mut found: Vec<(u64, usize)> = (self.segs.iter().enumerate())
             .filter(|(_, seg)| {
                 seg.state == State::Sealed && seg.lost_from.is_none() && seg.live < seg.used
@@ -175,16 +178,19 @@ impl Segments {
         found.sort_unstable();
         let start = |i: usize| i as u64 * self.size;
         (found.into_iter())
-            .map(|(live, i)| (start(i), start(i) + self.segs[i].used, live))
+            .map(|(live, i)| Sparse {
+                range: start(i)..start(i) + self.segs[i].used,
+                live,
+            })
             .collect()
     }
 
-    /// The live bytes of the segment `[start, end)` names (its start and used end, as
+    /// The live bytes of the segment `range` names (its start and used end, as
     /// [`sparse`](Self::sparse) gave them), while it is sealed and ends there.
-    pub(super) fn live_in(&self, start: u64, end: u64) -> Option<u64> {
-        let i = usize::try_from(start / self.size).ok()?;
+    pub(super) fn live_in(&self, range: Range<u64>) -> Option<u64> {
+        let i = usize::try_from(range.start / self.size).ok()?;
         let seg = self.segs.get(i)?;
-        let same = start == i as u64 * self.size && end == start + seg.used;
+        let same = range.start == i as u64 * self.size && range.end == range.start + seg.used;
         (same && seg.state == State::Sealed && seg.lost_from.is_none()).then_some(seg.live)
     }
 

@@ -4,6 +4,10 @@ use super::*;
 
 const SEG: u64 = 1000;
 
+fn sparse(range: Range<u64>, live: u64) -> Sparse {
+    Sparse { range, live }
+}
+
 #[test]
 fn objects_pack_and_never_straddle() {
     let mut s = Segments::new(SEG, None);
@@ -127,19 +131,19 @@ fn sparse_segments_come_sparsest_first_and_a_bounded_store_keeps_one_for_them() 
     for offset in [0, 250, 1000, 1250, 1500, 2000, 2250, 2500] {
         s.release(offset, 250);
     }
-    assert_eq!(s.sparse(), [(1000, 2000, 250), (0, 1000, 500)]);
+    assert_eq!(s.sparse(), [sparse(1000..2000, 250), sparse(0..1000, 500)]);
     assert_eq!(
-        (s.live_in(1000, 2000), s.live_in(1000, 1500)),
+        (s.live_in(1000..2000), s.live_in(1000..1500)),
         (Some(250), None)
     );
-    assert_eq!(s.live_in(2000, 3000), None, "open");
+    assert_eq!(s.live_in(2000..3000), None, "open");
     // Moved objects may take the kept segment; a cut segment is not worth cleaning.
     assert_eq!(s.reserve(&[250, 250], true).unwrap().offsets, [3000, 3250]);
     // With no segment left, an append that fits in the open segment's rest still goes in.
     assert_eq!(s.reserve(&[250], false).unwrap().offsets, [3500]);
     assert!(s.reserve(&[500], false).is_none());
     assert!(s.cut(1600).is_empty());
-    assert_eq!(s.sparse(), [(0, 1000, 500)]);
+    assert_eq!(s.sparse(), [sparse(0..1000, 500)]);
     // Unbounded and small stores keep nothing back.
     let mut s = Segments::new(SEG, Some(KEEP_FROM - 1));
     assert!(s.reserve(&[1000; KEEP_FROM - 1], false).is_some());
