@@ -11,6 +11,7 @@
 #       threads (with and without faulting fresh pages in ahead), the pool's scaling curve, and the NBD bench and its curve over 1-16
 #       connections (with the machine's own nbdkit, nbdcopy and qemu-img, else the carried
 #       ones); one text file per measurement in $OUT. About 2 minutes on a 16-core machine.
+#       DEVICE_BENCH_REPEAT (2) sets the library path's rounds per thread count.
 #       Carry .device/zramd.xz, .device/zramd-lab.xz, .device/input.tar.xz and
 #       .device/tools.tar.xz (all of .device is over the limit once perf is packed).
 #   scripts/device-bench.sh profile
@@ -177,9 +178,10 @@ run)
     timeout "$limit" "$work/zramd-lab" "$@" >"$out/$name.txt" 2>&1 || echo "exit $?" >>"$out/$name.txt"
     tail -n 12 "$out/$name.txt"
   }
-  bench device_lz4 180 bench --input "$work/input.tar" --algorithm lz4 --threads 1,2,4,8,16 --repeat 2
+  repeat=${DEVICE_BENCH_REPEAT:-2}
+  bench device_lz4 180 bench --input "$work/input.tar" --algorithm lz4 --threads 1,2,4,8,16 --repeat "$repeat"
   # The same without the page source's thread that faults fresh pages in ahead.
-  bench device_lz4_no_ahead 180 bench --input "$work/input.tar" --algorithm lz4 --threads 1,2,4,8,16 --repeat 2 --no-fault-ahead
+  bench device_lz4_no_ahead 180 bench --input "$work/input.tar" --algorithm lz4 --threads 1,2,4,8,16 --repeat "$repeat" --no-fault-ahead
   bench pool 90 bench pool --threads 1,2,4,8,16 --repeat 3
   if have_nbd_tools; then
     bench nbd 120 bench nbd --input "$work/input.tar" --repeat 1

@@ -43,6 +43,10 @@ pub struct Args {
     /// measures each count in turn and prints the scaling curve, one row per count.
     #[arg(long, value_delimiter = ',', default_value = "1")]
     threads: Vec<usize>,
+    /// Turn zramd's automatic compaction off (the kernel has none): what its merges after a
+    /// burst cost the burst's writers, and what memory the shards hold without them.
+    #[arg(long)]
+    no_auto_compact: bool,
     /// Runs of each side, alternating zramd and kernel; the median speeds are reported.
     #[arg(long, default_value_t = 3)]
     repeat: usize,
@@ -292,6 +296,9 @@ fn run_zramd(args: &Args, threads: usize, data: &[u8]) -> anyhow::Result<Run> {
         ..args.device.clone()
     };
     config.pool.allocator = args.allocator;
+    if args.no_auto_compact {
+        config.auto_compact = None;
+    }
     let dev = Zram::new(config)?;
     let write = timed(pages, threads, |r| {
         for p in r {
