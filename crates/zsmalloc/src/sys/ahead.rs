@@ -23,6 +23,7 @@ use std::ptr::NonNull;
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError, Weak};
 
 use super::free::pieces;
+use super::fresh::AHEAD_WINDOW;
 use super::{ARENA_PAGES, PAGE_SIZE, PageSource, SourceInner, populate};
 
 /// The most pages a reserve holds, whatever the cache limit: more would not fault pages in
@@ -230,7 +231,7 @@ impl PageSource {
             let claimed = if std::mem::take(&mut inner.reserve.recalled) {
                 None
             } else {
-                inner.claim_fresh(chunk).ok()
+                inner.claim_fresh(chunk, AHEAD_WINDOW).ok()
             };
             inner.reserve.in_flight = claimed.is_some();
             claimed

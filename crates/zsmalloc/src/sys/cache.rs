@@ -113,7 +113,13 @@ impl Slots {
     /// The calling thread's slot.
     #[inline]
     pub(super) fn own(&self) -> &Slot {
-        &self.all[crate::thread::thread_number() % SLOTS]
+        &self.all[self.own_number()]
+    }
+
+    /// The calling thread's slot's number.
+    #[inline]
+    pub(super) fn own_number(&self) -> usize {
+        crate::thread::thread_number() % SLOTS
     }
 
     /// Every slot.

@@ -29,11 +29,13 @@ use crate::sync::Mutex;
 mod ahead;
 mod cache;
 mod free;
+mod fresh;
 mod thp;
 
 use ahead::{Ahead, Reserve};
 use cache::{RunCache, SLOTS, Slots};
 use free::FreeRuns;
+use fresh::Windows;
 pub use thp::{huge_pages_refused_at, no_huge_pages};
 
 /// Bytes in one page: the OS's page, of which runs are made.
@@ -109,8 +111,10 @@ impl Drop for Arena {
 #[derive(Debug, Default)]
 struct SourceInner {
     arenas: Vec<Arena>,
-    /// Pages already carved from the last arena.
+    /// Pages already carved from the last arena (into windows).
     bump: usize,
+    /// Each thread slot's window of fresh pages, and the reserve's (`fresh.rs`).
+    windows: Windows,
     /// Released runs (no memory behind them), coalesced.
     free: FreeRuns,
     /// Resident free runs kept for immediate reuse: the shared cache.
@@ -188,7 +192,7 @@ impl PageSource {
                     addr
                 } else {
                     resident = false;
-                    inner.claim_fresh(pages)?
+                    inner.claim_fresh(pages, self.slots.own_number())?
                 };
                 wake = self.ahead.wanted(&mut inner, fresh);
                 addr
@@ -310,25 +314,6 @@ impl PageSource {
 impl Drop for PageSource {
     fn drop(&mut self) {
         self.ahead.stop();
-    }
-}
-
-impl SourceInner {
-    /// `pages` fresh pages from the last arena's untouched end (a new arena when it has
-    /// too few left), as an address.
-    fn claim_fresh(&mut self, pages: usize) -> std::io::Result<usize> {
-        if pages > ARENA_PAGES {
-            return Err(std::io::Error::from(std::io::ErrorKind::InvalidInput));
-        }
-        if self.arenas.is_empty() || self.bump + pages > ARENA_PAGES {
-            let arena = Arena::map(ARENA_PAGES * PAGE_SIZE, false)?;
-            self.arenas.push(arena);
-            self.bump = 0;
-        }
-        let base = self.arenas.last().map_or(0, |a| a.base.as_ptr() as usize);
-        let addr = base + self.bump * PAGE_SIZE;
-        self.bump += pages;
-        Ok(addr)
     }
 }
 

@@ -1,5 +1,6 @@
 //! The page source's own tests: runs zeroed, reused, cached, released and merged.
 
+use super::fresh::WINDOW_PAGES;
 use super::*;
 
 #[test]
@@ -206,10 +207,11 @@ fn a_growing_source_faults_a_reserve_in_ahead_and_carves_runs_from_it() {
     }
     assert_eq!(src.cached_pages(), 128, "no chunk faulted in ahead");
     let window = src.inner.lock().reserve.addr;
-    assert_eq!(
-        window,
-        first.bytes().as_ptr() as usize + 4 * PAGE_SIZE,
-        "the chunk is the arena's next fresh pages"
+    let table = WINDOW_PAGES * PAGE_SIZE;
+    assert_ne!(
+        window / table,
+        first.bytes().as_ptr() as usize / table,
+        "the chunk shares a page table with a thread's fresh pages"
     );
     assert_eq!(resident(window, 128), 128, "the reserve is not faulted in");
     assert_eq!(src.pages_live(), 4);
@@ -272,4 +274,58 @@ fn no_reserve_while_released_runs_are_left_to_reuse() {
     };
     assert!(asked, "a chunk asked for while released runs were left");
     drop((again, more));
+}
+
+#[test]
+fn threads_take_fresh_pages_from_windows_of_their_own() {
+    let src = PageSource::new(true, 0, false);
+    let table = WINDOW_PAGES * PAGE_SIZE;
+    let addr = |run: &PageRun| run.bytes().as_ptr() as usize;
+    // One thread's fresh runs follow each other in its window.
+    let a: Vec<PageRun> = (0..3).map(|_| src.alloc(8).unwrap()).collect();
+    assert_eq!(addr(&a[1]), addr(&a[0]) + 8 * PAGE_SIZE);
+    assert_eq!(addr(&a[2]), addr(&a[1]) + 8 * PAGE_SIZE);
+    // Another thread's, of another slot (threads are numbered in order of first use, and
+    // other tests run threads meanwhile), lie under another page table.
+    let mine = src.slots.own_number();
+    let b: Vec<PageRun> = (0..4)
+        .find_map(|_| {
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    (src.slots.own_number() != mine)
+                        .then(|| (0..3).map(|_| src.alloc(8).unwrap()).collect())
+                })
+                .join()
+                .unwrap()
+            })
+        })
+        .expect("four threads in a row took this thread's slot");
+    for run in &b {
+        assert!(
+            a.iter().all(|mine| addr(mine) / table != addr(run) / table),
+            "two threads' fresh runs share a page table"
+        );
+    }
+    // A window ends on a page table's boundary; its rest, too short for a run, is listed
+    // with the released runs and reused, not lost.
+    let mut more = vec![src.alloc(16).unwrap()];
+    let end = |runs: &Vec<PageRun>| addr(runs.last().unwrap()) + 16 * PAGE_SIZE;
+    while end(&more).next_multiple_of(table) - end(&more) >= 16 * PAGE_SIZE {
+        more.push(src.alloc(16).unwrap());
+        assert!(more.len() < 100, "the window never ended");
+    }
+    let end = end(&more);
+    let rest = (end.next_multiple_of(table) - end) / PAGE_SIZE;
+    let next = src.alloc(16).unwrap();
+    assert_eq!(
+        addr(&next) % table,
+        0,
+        "the next window starts on a boundary"
+    );
+    if rest > 0 {
+        let reused = src.alloc(rest).unwrap();
+        assert_eq!(addr(&reused), end, "the window's rest was not reused");
+        more.push(reused);
+    }
+    drop((a, b, more, next));
 }
