@@ -9,10 +9,18 @@
 //! bit 0: the stored length (18 bits, 0..=131072, the largest unit), the flags ([`Flags`], 8 bits), the compression priority (2 bits) and, from bit
 //! 32, the last access time in seconds since the device started (for idle tracking).
 //!
-//! Locking: slot `i` is guarded by lock `i % STRIPES` of a striped lock array (the kernel
-//! keeps a lock bit per slot; stripes give the same exclusion for 1/512 of the memory). The
-//! words are atomics only so that they can be read without `unsafe`; every change happens
-//! under the slot's lock, so relaxed ordering suffices.
+//! Locking: each slot is guarded by one lock of a striped lock array (the kernel keeps a
+//! lock bit per slot; stripes give the same exclusion for 1/512 of the memory). Slots take
+//! their stripes in blocks of `BLOCK` (a cache line of one-byte locks, so one writer
+//! moving through its pages stays on one line), and the blocks are scattered over the
+//! array by a hash (`SlotTable::stripe`). With stripes taken in turn (`i % STRIPES`),
+//! two writers of contiguous ranges whose positions differed by a multiple of the array's
+//! length wanted the same stripes in the same order: the faster one, once it caught up,
+//! waited on the slower one's every page for as long as it stayed faster. On the 16-core
+//! machine, at 16 streams, 2.8% of the writers' samples waited on slot locks. Scattered,
+//! two writers meet on a stripe by chance, and for at most the rest of a block. The words
+//! are atomics only so that they can be read without `unsafe`; every change happens under
+//! the slot's lock, so relaxed ordering suffices.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -24,6 +32,9 @@ pub const MAX_PRIORITY: u8 = 3;
 
 /// Locks in the striped lock array.
 const STRIPES: usize = 4096;
+
+/// Consecutive slots whose locks lie side by side (a cache line of one-byte locks).
+const BLOCK: usize = 64;
 
 /// Per-slot flags (the kernel's `zram_pageflags`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -208,8 +219,36 @@ impl SlotTable {
         SlotGuard {
             table: self,
             index,
-            _lock: self.locks[index % self.locks.len()].lock(),
+            _lock: self.locks[self.stripe(index)].lock(),
         }
+    }
+
+    /// The lock of slot `index`: its place in its block of [`BLOCK`] slots, in the block
+    /// of locks its block hashes to (taken in turn where the table has under two blocks'
+    /// worth of locks).
+    #[inline]
+    fn stripe(&self, index: usize) -> usize {
+        let blocks = self.locks.len() / BLOCK;
+        if blocks < 2 {
+            return index % self.locks.len();
+        }
+        // Fibonacci hashing: the high bits of the block's number times 2^64 / phi.
+        let mixed = ((index / BLOCK) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
+        (mixed as usize % blocks) * BLOCK + index % BLOCK
+    }
+
+    /// Locks slot `index` to change it (as [`lock`](Self::lock)), with its entry's page of
+    /// the table made writable at once. A change reads the entry first, and the first read
+    /// of an untouched page of the table maps the OS's shared zero page there, which the
+    /// change's store then replaces: a second fault, and a flush of the page from the TLB
+    /// of every CPU the process runs on (an interrupt each). On the 16-core machine, at 16
+    /// streams, those flushes were 0.7% of the writers' samples.
+    pub fn lock_to_write(&self, index: usize) -> SlotGuard<'_> {
+        let guard = self.lock(index);
+        // A compare-and-swap is a write access whether or not it swaps (the compiler may
+        // turn an `or` of 0 into a load); swapping 0 for 0 changes nothing.
+        let _ = self.words[2 * index + 1].compare_exchange(0, 0, Relaxed, Relaxed);
+        guard
     }
 
     /// Does slot `index` hold nothing, as read without its lock? (An answer that a write
@@ -256,6 +295,72 @@ impl SlotGuard<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_write_faults_an_untouched_page_of_the_table_in_once() {
+        let t = SlotTable::new(1 << 20).unwrap();
+        // Slots 256 apart lie on different pages (16 bytes each); the first 8 pages are
+        // left to the other check.
+        let write = |index: usize, lock: fn(&SlotTable, usize) -> SlotGuard<'_>| {
+            let before = crate::sys::thread_minor_faults();
+            let mut g = lock(&t, index);
+            let old = g.get();
+            g.set(SlotEntry {
+                handle: 7,
+                len: 100,
+                ..old
+            });
+            drop(g);
+            crate::sys::thread_minor_faults() - before
+        };
+        let locked: u64 = (0..8).map(|p| write((16 + p) * 256, SlotTable::lock)).sum();
+        let to_write: u64 = (0..8)
+            .map(|p| write((32 + p) * 256, SlotTable::lock_to_write))
+            .sum();
+        if locked == 8 {
+            // No zero page on a read fault here (some architectures, or a kernel so set).
+            println!(
+                "SKIPPED a_write_faults_an_untouched_page_of_the_table_in_once: reads fault pages in"
+            );
+            return;
+        }
+        assert_eq!(locked, 16, "a read then a write of each of 8 fresh pages");
+        assert_eq!(to_write, 8, "faults for 8 fresh pages locked to write");
+    }
+
+    #[test]
+    fn writers_a_whole_array_apart_do_not_share_their_stripes() {
+        let t = SlotTable::new(1 << 20).unwrap();
+        let n = t.locks.len();
+        assert_eq!(n, STRIPES);
+        // Two writers of contiguous ranges, positions a multiple of the array's length
+        // apart: taken in turn, every one of their stripes was the same.
+        for apart in [1, 3, 17] {
+            let start = 12_345;
+            let shared = (0..n)
+                .filter(|&i| t.stripe(start + i) == t.stripe(start + apart * n + i))
+                .count();
+            assert!(
+                shared <= n / 16,
+                "{shared} of {n} stripes shared, {apart} arrays apart"
+            );
+        }
+        // A block's slots take one block of locks in order (one cache line); every stripe
+        // is in the array, and every one is used.
+        let mut used = vec![false; n];
+        for i in 0..(1 << 20) {
+            let s = t.stripe(i);
+            assert!(s < n);
+            used[s] = true;
+            if i % BLOCK > 0 {
+                assert_eq!(s, t.stripe(i - 1) + 1);
+            }
+        }
+        assert!(used.iter().all(|&u| u), "a stripe no slot takes");
+        // A small table takes its stripes in turn.
+        let small = SlotTable::new(100).unwrap();
+        assert_eq!(small.stripe(99), 99 % small.locks.len());
+    }
 
     #[test]
     fn entries_round_trip_through_the_packing() {

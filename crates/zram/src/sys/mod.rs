@@ -87,6 +87,17 @@ pub(crate) fn coarse_secs_since(start: u64) -> u64 {
     coarse_nanos().saturating_sub(start) / 1_000_000_000
 }
 
+/// Minor page faults the calling thread has taken so far.
+#[cfg(test)]
+pub(crate) fn thread_minor_faults() -> u64 {
+    // SAFETY: `getrusage` writes one `rusage` into the zeroed value it is given.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; `RUSAGE_THREAD` counts the calling thread.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &raw mut usage) };
+    assert_eq!(rc, 0, "getrusage: {}", std::io::Error::last_os_error());
+    usage.ru_minflt as u64
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
