@@ -245,8 +245,7 @@ impl Zram {
         let c = self.store.counters();
         Counters::add(&c.num_writes, 1);
         self.for_slots(offset, data.len(), |index, at, range| {
-            self.store
-                .write(&mut self.store.lock(index), at, &data[range])
+            self.store.write(index, at, &data[range])
         })
         .inspect_err(|_| Counters::add(&c.failed_writes, 1))
     }

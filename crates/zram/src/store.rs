@@ -21,9 +21,11 @@
 //!
 //! # Rules (the kernel's per-page rules, per slot)
 //!
-//! - A write covering a whole slot compresses the caller's bytes directly; a partial write
-//!   reads the slot (decompressing it into a per-thread scratch buffer), patches it and
-//!   stores it again, all under the slot's lock, so the last write to a page wins whole.
+//! - A write covering a whole slot compresses the caller's bytes directly and stores them
+//!   before it takes the slot's lock, under which it only frees the old data and sets the
+//!   new entry (the kernel's order, `put`); a partial write reads the slot (decompressing
+//!   it into a per-thread scratch buffer), patches it and stores it again, all under the
+//!   slot's lock. Either way the last write to a page wins whole.
 //! - Storing allocates the new objects, checks `mem_limit` after every allocation (over it:
 //!   the new objects are freed, the slot keeps its old data, `Error::MemLimit`), writes
 //!   them, and only then frees the old ones. A slot of equal 8-byte words is stored `SAME`.
@@ -49,7 +51,8 @@
 //!
 //! Lock order: slot lock → (compressor context: per thread, no lock | zsmalloc class-shard
 //! lock → page-source lock | the shared limit's lock, after the allocation, under which only
-//! the pools' page counts are read).
+//! the pools' page counts are read). A whole slot's write takes the latter before the slot
+//! lock, and holds none of them when it takes it.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -66,6 +69,8 @@ use crate::limit::{Membership, SharedLimit};
 use crate::same::{fill, same_filled};
 use crate::slot::{Flags, SlotEntry, SlotGuard, SlotTable};
 use crate::stats::{Counters, WbLimit};
+
+mod put;
 
 thread_local! {
     /// Per-thread slot bytes for partial reads and read-modify-write.
@@ -299,12 +304,16 @@ impl Store {
         })
     }
 
-    /// Writes `data` at `at` into the locked slot.
-    pub(crate) fn write(&self, g: &mut SlotGuard<'_>, at: usize, data: &[u8]) -> Result<()> {
-        if data.len() == self.slot_len(g.index()) {
-            return self.store(g, data);
+    /// Writes `data` at `at` into slot `index`. A whole slot's bytes are compressed and
+    /// stored before the slot is locked, only to put them in place (`put.rs`); a part is
+    /// patched in under the lock.
+    pub(crate) fn write(&self, index: usize, at: usize, data: &[u8]) -> Result<()> {
+        if data.len() == self.slot_len(index) {
+            let new = self.prepare(data)?;
+            self.commit(&mut self.table.lock_to_write(index), new);
+            return Ok(());
         }
-        self.modify(g, false, |whole| {
+        self.modify(&mut self.table.lock_to_write(index), false, |whole| {
             whole[at..at + data.len()].copy_from_slice(data);
         })
         .map(drop)
@@ -416,89 +425,6 @@ impl Store {
     /// `writeback_limit` and its switch.
     pub(crate) fn wb_limit(&self) -> &WbLimit {
         &self.wb_limit
-    }
-
-    /// Stores a whole slot's bytes into the locked slot.
-    fn store(&self, g: &mut SlotGuard<'_>, data: &[u8]) -> Result<()> {
-        let now = self.now();
-        let pages = (data.len() / PAGE_SIZE) as u64;
-        if let Some(word) = same_filled(data) {
-            self.free(g);
-            g.set(SlotEntry {
-                handle: word,
-                flags: Flags::SAME,
-                ac_time: now,
-                ..SlotEntry::default()
-            });
-            Counters::add(&self.counters.same_pages, pages);
-            Counters::add(&self.counters.pages_stored, pages);
-            return Ok(());
-        }
-        STREAM.with(|cell| {
-            let mut buf = cell.borrow_mut();
-            let comp_len = self.primary().with(|c| c.compress(data, &mut buf))??;
-            let huge = !self.fits(comp_len, data.len());
-            let stream = if huge { data } else { &buf[..comp_len] };
-            let head = if self.dedup && stream.len() <= PAGE_SIZE {
-                let (head, shared) = self.alloc_dedup(stream)?;
-                if shared {
-                    Counters::add(&self.counters.dedup_pages, pages);
-                    Counters::add(&self.counters.dedup_bytes, stream.len() as u64);
-                }
-                head
-            } else {
-                crate::chain::write(&*self.pool, stream, |size| self.alloc(size))?
-            };
-            self.free(g);
-            g.set(SlotEntry {
-                handle: head.to_raw(),
-                len: stream.len(),
-                flags: if huge { Flags::HUGE } else { Flags::default() },
-                prio: 0,
-                ac_time: now,
-            });
-            Counters::add(&self.counters.compr_data_size, stream.len() as u64);
-            Counters::add(&self.counters.pages_stored, pages);
-            if huge {
-                Counters::add(&self.counters.huge_pages, pages);
-                Counters::add(&self.counters.huge_pages_since, pages);
-            }
-            Ok(())
-        })
-    }
-
-    /// Empties the locked slot.
-    pub(crate) fn free(&self, g: &mut SlotGuard<'_>) {
-        let e = g.get();
-        let pages = self.pages(g.index());
-        if e.flags.contains(Flags::WB) {
-            if let Some(backing) = &self.backing {
-                let offset = crate::slot::wb_offset(e.handle);
-                self.shared_copies.release(&**backing, offset, e.len);
-            }
-            Counters::sub(&self.counters.bd_count, pages);
-            Counters::sub(&self.counters.pages_stored, pages);
-        } else if e.flags.contains(Flags::SAME) {
-            Counters::sub(&self.counters.same_pages, pages);
-            Counters::sub(&self.counters.pages_stored, pages);
-        } else if e.len != 0 {
-            self.drop_stream(e, pages);
-            Counters::sub(&self.counters.pages_stored, pages);
-        }
-        if e != SlotEntry::default() {
-            g.set(SlotEntry::default());
-        }
-    }
-
-    /// Lets go of the stream in memory of entry `e` (a slot of `pages` pages): its objects,
-    /// or its handles to shared ones; it leaves `compr_data_size` and `huge_pages`. The
-    /// caller gives the locked slot its new entry.
-    pub(crate) fn drop_stream(&self, e: SlotEntry, pages: u64) {
-        crate::chain::free(&*self.pool, Handle::from_raw(e.handle), e.len);
-        Counters::sub(&self.counters.compr_data_size, e.len as u64);
-        if e.flags.contains(Flags::HUGE) {
-            Counters::sub(&self.counters.huge_pages, pages);
-        }
     }
 
     /// Allocates one object, then checks `mem_limit` (over it, the object is freed again).
