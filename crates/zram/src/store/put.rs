@@ -6,7 +6,7 @@
 //! the new entry set ([`Store::commit`]). That is the kernel's order: the lock is held for
 //! the swap, not for the compression. (Held through the compression, the locks of slots
 //! that share a stripe made concurrent writers wait on each other: on the 16-core machine,
-//! at 16 streams, 2.7% of the writers' samples, besides the time they slept.) A write that
+//! at 16 streams, 2.8% of the writers' samples, besides the time they slept.) A write that
 //! loses a race for a slot is replaced whole by the one that commits after it, as when
 //! they came one after the other.
 
