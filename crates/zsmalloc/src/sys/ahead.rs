@@ -146,10 +146,15 @@ impl Ahead {
     /// Under the source's lock, after a run was taken there: whether the thread is to be
     /// asked for a chunk ([`Ahead::wake`], after the lock): the pool grows into fresh
     /// pages (`fresh`: the run came from the reserve or the arena's untouched end, not
-    /// from a released run, which costs no memory until used and comes first), the reserve
-    /// is under half its bound, and no chunk is on its way.
+    /// from a released run, which costs no memory until used), released runs are not
+    /// left to reuse (fewer pages of them than a chunk), the reserve is under half its
+    /// bound, and no chunk is on its way. (While released runs were left, a reserve left
+    /// over from before took the runs and was refilled from fresh address space: the
+    /// released runs were never reused, and every fill after a discard grew the arenas by
+    /// what it stored.)
     pub(super) fn wanted(&self, inner: &mut SourceInner, fresh: bool) -> bool {
         let wanted = fresh
+            && inner.free.pages() < self.max / 2
             && self.max > 1
             && !inner.reserve.in_flight
             && inner.reserve.pages < self.max / 2
@@ -228,7 +233,8 @@ impl PageSource {
         let chunk = self.ahead.max / 2;
         let claimed = {
             let mut inner = self.inner.lock();
-            let claimed = if std::mem::take(&mut inner.reserve.recalled) {
+            let reuse = inner.free.pages() >= chunk;
+            let claimed = if std::mem::take(&mut inner.reserve.recalled) || reuse {
                 None
             } else {
                 inner.claim_fresh(chunk, AHEAD_WINDOW).ok()

@@ -8,25 +8,27 @@ impl SourceInner {
     /// Lists a released run.
     pub(super) fn free_run(&mut self, addr: usize, pages: usize) {
         self.free.lists[pages].push(addr);
+        self.free.pages += pages;
         self.free.merged = false;
     }
 
     /// A released run of `pages`: an exact fit, else split from the shortest longer run;
     /// failing both, once per batch of frees, free neighbours are merged and it tries again.
     pub(super) fn take_free(&mut self, pages: usize) -> Option<usize> {
-        if let Some(addr) = take_run(&mut self.free.lists, pages) {
-            return Some(addr);
+        let mut taken = take_run(&mut self.free.lists, pages);
+        if taken.is_none() && !self.free.merged {
+            let arenas: Vec<(usize, usize)> = self
+                .arenas
+                .iter()
+                .map(|a| (a.base.as_ptr() as usize, a.base.as_ptr() as usize + a.len))
+                .collect();
+            self.free.merge(&arenas);
+            taken = take_run(&mut self.free.lists, pages);
         }
-        if self.free.merged {
-            return None;
+        if taken.is_some() {
+            self.free.pages -= pages;
         }
-        let arenas: Vec<(usize, usize)> = self
-            .arenas
-            .iter()
-            .map(|a| (a.base.as_ptr() as usize, a.base.as_ptr() as usize + a.len))
-            .collect();
-        self.free.merge(&arenas);
-        take_run(&mut self.free.lists, pages)
+        taken
     }
 }
 
@@ -37,6 +39,8 @@ impl SourceInner {
 #[derive(Debug, Default)]
 pub(super) struct FreeRuns {
     lists: [Vec<usize>; MAX_RUN_PAGES + 1],
+    /// Pages of the listed runs.
+    pages: usize,
     /// No run was freed since the last merge.
     merged: bool,
 }
@@ -46,6 +50,11 @@ impl FreeRuns {
     #[cfg(test)]
     pub(super) fn is_empty(&self) -> bool {
         self.lists.iter().all(Vec::is_empty)
+    }
+
+    /// Pages of the listed runs.
+    pub(super) fn pages(&self) -> usize {
+        self.pages
     }
 
     /// Addresses the lists have room for.

@@ -329,3 +329,41 @@ fn threads_take_fresh_pages_from_windows_of_their_own() {
     }
     drop((a, b, more, next));
 }
+
+#[test]
+fn refilling_after_a_release_reuses_the_address_space() {
+    // A cache limit of 256 pages: a reserve of at most 64, faulted in 32 at a time.
+    let src = PageSource::new(true, 256, true);
+    let settle = || {
+        let start = std::time::Instant::now();
+        while src.inner.lock().reserve.in_flight
+            && start.elapsed() < std::time::Duration::from_secs(20)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    };
+    // Fill, release everything, fill again with the same: the second fill reuses the
+    // released address space, while the reserve faulted in ahead is left over from the
+    // first (it used to take the reserve first and refill it from fresh address space,
+    // so every round grew the arenas by what it stored).
+    let mut reserved = Vec::new();
+    for _ in 0..4 {
+        let runs: Vec<PageRun> = (0..1000)
+            .map(|_| {
+                let run = src.alloc(8).unwrap();
+                settle();
+                run
+            })
+            .collect();
+        drop(runs);
+        settle();
+        reserved.push(src.inner.lock().bump);
+        assert!(src.reserved_bytes() <= ARENA_PAGES * PAGE_SIZE);
+    }
+    assert!(
+        reserved[3] <= reserved[0] + 2 * WINDOW_PAGES,
+        "the arena grew from {} to {} pages over rounds of the same fill",
+        reserved[0],
+        reserved[3]
+    );
+}
