@@ -61,9 +61,14 @@ impl Pool {
     }
 
     /// Compacts one class shard (the kernel's `__zs_compact`, then shortening); returns the
-    /// pages freed.
+    /// pages freed. A shard left with nothing lets go of its bookkeeping
+    /// ([`release_if_empty`]).
     pub(crate) fn compact_shard(&self, shard: &ClassShard) -> usize {
-        self.pack_shard(shard) + self.shorten_partial(shard)
+        let freed = self.pack_shard(shard) + self.shorten_partial(shard);
+        if shard.inner.is_made() {
+            release_if_empty(shard);
+        }
+        freed
     }
 
     /// Moves objects out of the emptiest zspages of a class shard into the fullest ones until
@@ -254,6 +259,25 @@ fn take(inner: &mut ShardInner, id: u32) -> ZsPage {
     inner.zspages[id as usize]
         .take()
         .unwrap_or_else(|| unreachable!("compacting free zspage id {id}"))
+}
+
+/// Lets go of the bookkeeping of a made class shard left with no zspage and no live handle
+/// (its lists, zspage ids and handle table keep the capacity of their fullest day
+/// otherwise: threads that came and went, each writing into shards of its own, left
+/// `metadata_bytes` growing from 4.5 to 9.9 MB over eight fill-and-discard cycles of 150
+/// MB through new NBD connections). The shard stays made; a thread that stores in it
+/// again grows the lists anew.
+fn release_if_empty(shard: &ClassShard) {
+    let mut inner = shard.inner.lock_for_upkeep();
+    if inner.zspage_count != 0 || inner.handles.live() != 0 {
+        return;
+    }
+    if inner.handles.release_if_empty() || inner.zspages.capacity() != 0 {
+        inner.zspages = Vec::new();
+        inner.free_ids = Vec::new();
+        inner.groups = Default::default();
+        inner.sharing = Default::default();
+    }
 }
 
 #[cfg(test)]

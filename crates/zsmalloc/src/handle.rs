@@ -269,6 +269,8 @@ pub(crate) struct HandleTable {
     free_tail: u32,
     live: usize,
     aliases: usize,
+    /// The generation a new entry starts at: past every one a released table gave.
+    base_generation: u64,
 }
 
 impl HandleTable {
@@ -279,7 +281,23 @@ impl HandleTable {
             free_tail: NO_ENTRY,
             live: 0,
             aliases: 0,
+            base_generation: 0,
         }
+    }
+
+    /// Lets go of the memory of a table none of whose entries is live; whether it did. New
+    /// entries then start at a generation past every one the table gave, so a stale
+    /// handle to one of its entries stays stale (until generations wrap, as on reuse).
+    pub fn release_if_empty(&mut self) -> bool {
+        if self.live != 0 || self.words.capacity() == 0 {
+            return false;
+        }
+        let newest = self.words.iter().map(|&w| word_generation(w)).max();
+        self.base_generation = newest.map_or(self.base_generation, |g| g.max(self.base_generation));
+        self.words = Vec::new();
+        self.free_head = NO_ENTRY;
+        self.free_tail = NO_ENTRY;
+        true
     }
 
     /// Takes an entry for a new object at `loc` (no flags set); returns `(entry,
@@ -295,7 +313,7 @@ impl HandleTable {
             let entry = u32::try_from(self.words.len())
                 .ok()
                 .filter(|&e| e != NO_ENTRY)?;
-            self.words.push(free_word(0, NO_ENTRY));
+            self.words.push(free_word(self.base_generation, NO_ENTRY));
             entry
         } else {
             let entry = self.free_head;

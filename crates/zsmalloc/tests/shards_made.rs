@@ -187,3 +187,56 @@ fn upkeep_alongside_one_storing_thread_shards_nothing() {
         "upkeep sharded a class one thread stores in"
     );
 }
+
+#[test]
+fn shards_left_empty_let_go_of_their_bookkeeping_at_compaction() {
+    let pool = pool();
+    let empty_meta = pool.metadata_bytes();
+    // Sixteen threads come and go, each storing 2000 objects in shards of its own, and
+    // everything is freed: once compacted, the shards' tables and lists are let go.
+    let stale = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..SHARDS)
+            .map(|t| {
+                let pool = &pool;
+                s.spawn(move || {
+                    let hs: Vec<_> = (0..2000)
+                        .map(|i| {
+                            let h = pool.malloc(100 + (i % 7) * 300).unwrap();
+                            pool.write(h, &bytes(t * 2000 + i, 100 + (i % 7) * 300))
+                                .unwrap();
+                            h
+                        })
+                        .collect();
+                    hs
+                })
+            })
+            .collect();
+        let all: Vec<_> = threads
+            .into_iter()
+            .flat_map(|t| t.join().unwrap())
+            .collect();
+        for &h in &all {
+            pool.free(h).unwrap();
+        }
+        all
+    });
+    let full_meta = pool.metadata_bytes();
+    pool.compact();
+    pool.check_invariants().unwrap();
+    let released = pool.metadata_bytes();
+    assert!(
+        released <= empty_meta + SHARDS * 7 * 1024,
+        "{released} bytes of metadata after all was freed and compacted ({empty_meta} empty, {full_meta} before compaction)"
+    );
+    // Handles of the released tables stay stale, also once new objects take entries.
+    let fresh: Vec<_> = (0..2000)
+        .map(|i| pool.malloc(100 + (i % 7) * 300).unwrap())
+        .collect();
+    for &h in stale.iter().step_by(97) {
+        assert!(pool.free(h).is_err(), "a freed handle named a new object");
+    }
+    for h in fresh {
+        pool.free(h).unwrap();
+    }
+    pool.check_invariants().unwrap();
+}
