@@ -413,17 +413,34 @@ fn a_failing_file_fails_writeback_and_reads_with_eio_and_never_wrong_bytes() {
     drop(fuse);
 }
 
+/// A device of `pages` pages on a new backing file, with every page but each fourth written
+/// back; its folder (kept while it lives), the file, the device, its image and the pages
+/// written back.
+fn three_quarters_written_back(
+    pages: usize,
+    readahead: bool,
+) -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    Zram,
+    Vec<u8>,
+    Vec<usize>,
+) {
+    let dir = tempdir();
+    let path = dir.path().join("backing");
+    File::create(&path).expect("create");
+    let (zram, image) = device(&path, pages, readahead);
+    mark_idle_but(&zram, &image, |p| p % 4 == 0);
+    zram.writeback(&idle()).expect("writeback");
+    let wb = check_accounts(&zram, pages);
+    (dir, path, zram, image, wb)
+}
+
 #[test]
 fn a_file_truncated_under_the_device_reads_as_eio_never_as_other_bytes() {
     for readahead in [true, false] {
-        let dir = tempdir();
-        let path = dir.path().join("backing");
-        File::create(&path).expect("create");
         let pages = 256;
-        let (zram, mut image) = device(&path, pages, readahead);
-        mark_idle_but(&zram, &image, |p| p % 4 == 0);
-        zram.writeback(&idle()).expect("writeback");
-        let wb = check_accounts(&zram, pages);
+        let (_dir, path, zram, mut image, wb) = three_quarters_written_back(pages, readahead);
         assert!(!wb.is_empty());
 
         std::fs::OpenOptions::new()
@@ -452,14 +469,8 @@ fn a_file_truncated_under_the_device_reads_as_eio_never_as_other_bytes() {
 #[test]
 fn a_file_cut_and_grown_back_or_overwritten_from_outside_reads_as_eio() {
     for readahead in [true, false] {
-        let dir = tempdir();
-        let path = dir.path().join("backing");
-        File::create(&path).expect("create");
         let pages = 256;
-        let (zram, image) = device(&path, pages, readahead);
-        mark_idle_but(&zram, &image, |p| p % 4 == 0);
-        zram.writeback(&idle()).expect("writeback");
-        let wb = check_accounts(&zram, pages);
+        let (_dir, path, zram, image, wb) = three_quarters_written_back(pages, readahead);
         let file = std::fs::OpenOptions::new()
             .write(true)
             .open(&path)

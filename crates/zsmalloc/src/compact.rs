@@ -269,10 +269,9 @@ fn take(inner: &mut ShardInner, id: u32) -> ZsPage {
 /// again grows the lists anew.
 fn release_if_empty(shard: &ClassShard) {
     let mut inner = shard.inner.lock_for_upkeep();
-    if inner.zspage_count != 0 || inner.handles.live() != 0 {
-        return;
-    }
-    if inner.handles.release_if_empty() || inner.zspages.capacity() != 0 {
+    // The handle table lets go only when no entry is live (a remote alias has no zspage
+    // here), and only once: the rest goes with it.
+    if inner.zspage_count == 0 && inner.handles.release_if_empty() {
         inner.zspages = Vec::new();
         inner.free_ids = Vec::new();
         inner.groups = Default::default();

@@ -154,13 +154,18 @@ impl Ahead {
     /// what it stored.)
     pub(super) fn wanted(&self, inner: &mut SourceInner, fresh: bool) -> bool {
         let wanted = fresh
-            && inner.free.pages() < self.max / 2
+            && inner.free.pages() < self.chunk()
             && self.max > 1
             && !inner.reserve.in_flight
             && inner.reserve.pages < self.max / 2
             && !matches!(self.thread.get(), Some(None));
         inner.reserve.in_flight |= wanted;
         wanted
+    }
+
+    /// Pages the thread faults in at a time: half the reserve's bound.
+    fn chunk(&self) -> usize {
+        self.max / 2
     }
 
     /// Asks the thread (started on first use) for a chunk.
@@ -230,7 +235,7 @@ impl PageSource {
     /// Claims the next chunk of fresh arena pages, faults it in outside the lock and
     /// publishes it as the reserve.
     fn fault_ahead(&self) {
-        let chunk = self.ahead.max / 2;
+        let chunk = self.ahead.chunk();
         let claimed = {
             let mut inner = self.inner.lock();
             let reuse = inner.free.pages() >= chunk;

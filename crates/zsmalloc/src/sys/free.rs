@@ -46,12 +46,6 @@ pub(super) struct FreeRuns {
 }
 
 impl FreeRuns {
-    /// No released run is listed.
-    #[cfg(test)]
-    pub(super) fn is_empty(&self) -> bool {
-        self.lists.iter().all(Vec::is_empty)
-    }
-
     /// Pages of the listed runs.
     pub(super) fn pages(&self) -> usize {
         self.pages
